@@ -1,0 +1,71 @@
+"""Seeds and generators.
+
+Every random routine in gp_couple takes a ``seed`` argument of type :data:`SeedLike`
+and turns it into the generator it needs with the helpers here, so that the same
+seed gives the same result whichever entry point is used.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import numpy as np
+import torch
+
+SeedLike = Union[int, np.integer, np.random.Generator, torch.Generator, None]
+
+_UINT64_MASK = (1 << 64) - 1
+
+
+def _check_seed_type(seed: SeedLike) -> None:
+    if seed is None or isinstance(seed, (np.random.Generator, torch.Generator)):
+        return
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(
+            "seed must be an int, a numpy.random.Generator, a torch.Generator or None; "
+            f"got {type(seed).__name__}"
+        )
+    if int(seed) < 0:
+        raise ValueError(f"seed must be non-negative, got {int(seed)}")
+
+
+def as_numpy_generator(seed: SeedLike) -> np.random.Generator:
+    """Return a :class:`numpy.random.Generator` for ``seed``.
+
+    A numpy generator is returned as is (its state advances); a torch generator is
+    consumed once to seed a fresh numpy generator; an int seeds PCG64; ``None`` draws
+    fresh OS entropy.
+    """
+    _check_seed_type(seed)
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, torch.Generator):
+        return np.random.default_rng(draw_seed(seed))
+    return np.random.default_rng(None if seed is None else int(seed))
+
+
+def draw_seed(seed: SeedLike) -> int:
+    """Return a 63-bit integer seed derived from ``seed``.
+
+    Used for counter-based random streams (the compiled walk sampler) that need a
+    plain integer key. Generators are advanced by one draw.
+    """
+    _check_seed_type(seed)
+    if seed is None:
+        return int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0]) >> 1
+    if isinstance(seed, torch.Generator):
+        return int(torch.randint(0, 2**62, (1,), generator=seed).item())
+    if isinstance(seed, np.random.Generator):
+        return int(seed.integers(0, 2**62))
+    # Hash small integers so that seeds 0, 1, 2, ... give unrelated streams.
+    return int(np.random.SeedSequence(int(seed)).generate_state(1, dtype=np.uint64)[0]) >> 1
+
+
+def as_torch_generator(seed: SeedLike, device: torch.device | str | None = None) -> torch.Generator:
+    """Return a :class:`torch.Generator` for ``seed`` (a torch generator is returned as is)."""
+    _check_seed_type(seed)
+    if isinstance(seed, torch.Generator):
+        return seed
+    generator = torch.Generator(device=device if device is not None else "cpu")
+    generator.manual_seed(draw_seed(seed))
+    return generator

@@ -1,0 +1,347 @@
+r"""Walk-length couplings for graph random features (paper, sec:grfs).
+
+A walk-length coupling draws the lengths of the ``m`` walkers that leave each start
+node. Whatever the joint distribution, each walker's length must stay geometric,
+
+.. math::
+
+    \Pr(l = k) = (1 - p_\mathrm{halt})^k \, p_\mathrm{halt}, \qquad k = 0, 1, \dots,
+
+(the number of moves before the walker halts), because the importance weights of the
+features assume it. Any coupling with these marginals gives unbiased kernel
+estimates; a good coupling gives lower variance.
+
+The interface is one method, :meth:`WalkLengthCoupling.sample_lengths`. Paired
+couplings group the ``m`` walkers of a node into ``m / 2`` pairs ``(0, 1), (2, 3),
+...`` that are coupled within and independent across pairs; they subclass
+:class:`PairedWalkLengthCoupling` and implement :meth:`~PairedWalkLengthCoupling.sample_pairs`.
+
+Writing your own coupling
+-------------------------
+A coupling that mirrors the quantile of the first walker of each pair
+(:math:`u_2 = 1 - u_1`, which makes one walk long when the other is short)::
+
+    import numpy as np
+    from gp_couple.couplings import PairedWalkLengthCoupling, geometric_quantile
+
+    class QuantileMirror(PairedWalkLengthCoupling):
+        name = "quantile-mirror"
+
+        def sample_pairs(self, num_pairs, p_halt, rng):
+            u1 = rng.random(num_pairs)
+            return geometric_quantile(u1, p_halt), geometric_quantile(1.0 - u1, p_halt)
+
+It plugs in anywhere a built-in coupling does, e.g.
+``GRFKernel(graph, num_walkers=16, p_halt=0.4, coupling=QuantileMirror())``.
+Because ``1 - u_1`` is uniform, each length is geometric and the estimates stay
+unbiased; ``tests/couplings/test_walk_lengths.py`` shows how to check both properties.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._random import SeedLike, as_numpy_generator
+
+__all__ = [
+    "WalkLengthCoupling",
+    "PairedWalkLengthCoupling",
+    "IIDLengths",
+    "AntitheticTermination",
+    "SigmaCoupling",
+    "geometric_quantile",
+    "check_p_halt",
+    "coupling_from_dict",
+    "get_walk_length_coupling",
+]
+
+
+def check_p_halt(p_halt: float) -> float:
+    """Validate a termination probability, returning it as a float in ``(0, 1)``."""
+    if isinstance(p_halt, bool) or not isinstance(p_halt, (int, float, np.floating, np.integer)):
+        raise TypeError(f"p_halt must be a float, got {type(p_halt).__name__}")
+    value = float(p_halt)
+    if not (0.0 < value < 1.0) or math.isnan(value):
+        raise ValueError(f"p_halt must lie strictly between 0 and 1, got {p_halt}")
+    return value
+
+
+def geometric_quantile(u: np.ndarray | float, p_halt: float) -> np.ndarray:
+    r"""Inverse CDF of the walk length, :math:`F^{-1}(u) = \inf\{k : F(k) \ge u\}`.
+
+    With :math:`F(k) = 1 - (1 - p)^{k + 1}` this is
+    :math:`\lceil \log(1 - u) / \log(1 - p) \rceil - 1`, which equals
+    :math:`\lfloor \log(1 - u) / \log(1 - p) \rfloor` except on a null set.
+
+    :param u: Uniforms in ``[0, 1)``.
+    :param p_halt: Termination probability.
+    :return: Integer lengths (int64), same shape as ``u``.
+    """
+    p = check_p_halt(p_halt)
+    u_arr = np.asarray(u, dtype=np.float64)
+    ratio = np.log1p(-u_arr) / math.log1p(-p)
+    # Floating-point guard: keep F(k) >= u exactly at bin boundaries.
+    lengths = np.floor(ratio)
+    return np.maximum(lengths, 0).astype(np.int64)
+
+
+def _check_num(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+class WalkLengthCoupling(ABC):
+    """Interface: draw the walk lengths of ``num_walkers`` walkers from each of ``num_starts`` nodes.
+
+    Subclasses must keep every walker's marginal length geometric (see the module
+    docstring) and may correlate the walkers of the same start node. Walkers of
+    different start nodes must be independent.
+    """
+
+    #: Short name used in reports, JSON and the command line.
+    name: ClassVar[str] = "coupling"
+
+    @abstractmethod
+    def sample_lengths(self, num_starts: int, num_walkers: int, p_halt: float,
+                       seed: SeedLike = None) -> np.ndarray:
+        """Draw lengths.
+
+        :param num_starts: Number of start nodes :math:`R`.
+        :param num_walkers: Walkers per node :math:`m`.
+        :param p_halt: Termination probability.
+        :param seed: Seed or generator.
+        :return: int64 array of shape ``(num_starts, num_walkers)``.
+        """
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable description; :func:`coupling_from_dict` inverts it."""
+        return {"type": self.name}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.to_dict() == other.to_dict()  # type: ignore[union-attr]
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_dict(), sort_keys=True))
+
+
+class IIDLengths(WalkLengthCoupling):
+    """Independent geometric walk lengths (the standard GRF estimator)."""
+
+    name = "iid"
+
+    def sample_lengths(self, num_starts: int, num_walkers: int, p_halt: float,
+                       seed: SeedLike = None) -> np.ndarray:
+        num_starts = _check_num("num_starts", num_starts, 0)
+        num_walkers = _check_num("num_walkers", num_walkers)
+        rng = as_numpy_generator(seed)
+        return geometric_quantile(rng.random((num_starts, num_walkers)), p_halt)
+
+
+class PairedWalkLengthCoupling(WalkLengthCoupling):
+    """Base class for couplings of walker pairs ``(0, 1), (2, 3), ...`` of each node.
+
+    Requires an even number of walkers; pairs are independent of each other.
+    """
+
+    @abstractmethod
+    def sample_pairs(self, num_pairs: int, p_halt: float,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``num_pairs`` independent coupled pairs of geometric lengths.
+
+        :return: Two int64 arrays of shape ``(num_pairs,)``.
+        """
+
+    def sample_lengths(self, num_starts: int, num_walkers: int, p_halt: float,
+                       seed: SeedLike = None) -> np.ndarray:
+        num_starts = _check_num("num_starts", num_starts, 0)
+        num_walkers = _check_num("num_walkers", num_walkers)
+        p = check_p_halt(p_halt)
+        if num_walkers % 2:
+            raise ValueError(
+                f"the {self.name} coupling pairs walkers, so num_walkers must be even; "
+                f"got {num_walkers}")
+        rng = as_numpy_generator(seed)
+        first, second = self.sample_pairs(num_starts * (num_walkers // 2), p, rng)
+        lengths = np.empty((num_starts, num_walkers), dtype=np.int64)
+        lengths[:, 0::2] = np.asarray(first, dtype=np.int64).reshape(num_starts, -1)
+        lengths[:, 1::2] = np.asarray(second, dtype=np.int64).reshape(num_starts, -1)
+        return lengths
+
+
+class AntitheticTermination(PairedWalkLengthCoupling):
+    r"""Antithetic termination (Reid et al. 2023; paper, app:antithetic_term).
+
+    At every step the two walkers of a pair share a uniform :math:`t`: walker 1 halts
+    if :math:`t < p`, walker 2 if :math:`(t + 1/2) \bmod 1 < p`; once one has halted,
+    the other goes on with the same numbers, i.e. independently.
+
+    The joint law of the two lengths is sampled exactly without stepping: per step,
+    both continue with probability :math:`c = \max(0, 1 - 2p)`, both halt with
+    :math:`b = \max(0, 2p - 1)`, and exactly one halts (each equally likely)
+    otherwise. So the step :math:`T` of the first halting event is
+    :math:`\mathrm{Geom}_0(1 - c)`, and a survivor's length is
+    :math:`T + 1 + \mathrm{Geom}_0(p)`.
+    """
+
+    name = "antithetic"
+
+    def sample_pairs(self, num_pairs: int, p_halt: float,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        p = check_p_halt(p_halt)
+        both_continue = max(0.0, 1.0 - 2.0 * p)
+        both_halt = max(0.0, 2.0 * p - 1.0)
+        if both_continue > 0.0:
+            first_event = geometric_quantile(rng.random(num_pairs), 1.0 - both_continue)
+        else:
+            first_event = np.zeros(num_pairs, dtype=np.int64)
+        event = rng.random(num_pairs) * (1.0 - both_continue)
+        halt_together = event < both_halt
+        first_halts = ~halt_together & (event < both_halt + (1.0 - both_continue - both_halt) / 2.0)
+        survivor = first_event + 1 + geometric_quantile(rng.random(num_pairs), p)
+        first = np.where(halt_together | first_halts, first_event, survivor)
+        second = np.where(halt_together | ~first_halts, first_event, survivor)
+        return first, second
+
+
+class SigmaCoupling(PairedWalkLengthCoupling):
+    r""":math:`\sigma`-coupled walk lengths (paper, def:coupled_grfs_def).
+
+    The pair's quantiles follow the permutation density
+    :math:`p_\sigma(x, y) = n\,\mathbb 1[\sigma(\lceil n x\rceil) = \lceil n y\rceil]`:
+    draw :math:`u_1 \sim U(0, 1)`, let :math:`q = \lceil n u_1 \rceil`, draw :math:`u_2`
+    uniformly inside bin :math:`\sigma(q)`, and push both through the geometric inverse
+    CDF. Both marginals stay uniform, so both lengths stay geometric.
+
+    Fit :math:`\sigma` with :func:`gp_couple.couplings.fit_sigma_coupling` (the linear
+    matching of eq:tractable_ot_formulation) or
+    :func:`gp_couple.couplings.fit_pagerank_sigma_coupling` (eq:matching_pagerank).
+
+    :param permutation: :math:`\sigma` as a 0-based permutation of ``range(n)``:
+        bin ``q`` is matched with bin ``permutation[q]``.
+    :param p_halt: The termination probability it was fitted for (``None`` if
+        unknown). Sampling at another ``p_halt`` stays unbiased but warns, because the
+        matching is then not the optimised one.
+    :param metadata: Free-form JSON-serialisable provenance (fit graph, kernel, ...).
+    """
+
+    name = "sigma"
+
+    def __init__(self, permutation: Any, p_halt: float | None = None,
+                 metadata: dict[str, Any] | None = None) -> None:
+        perm = np.asarray(permutation)
+        if perm.ndim != 1 or perm.size == 0:
+            raise ValueError("permutation must be a non-empty 1-D sequence")
+        if not np.issubdtype(perm.dtype, np.integer):
+            if not np.all(np.equal(np.mod(perm, 1), 0)):
+                raise TypeError("permutation must hold integers")
+            perm = perm.astype(np.int64)
+        if not np.array_equal(np.sort(perm), np.arange(perm.size)):
+            raise ValueError(
+                f"permutation must be a permutation of 0..{perm.size - 1} (0-based)")
+        self.permutation = perm.astype(np.int64)
+        self.permutation.setflags(write=False)
+        self.p_halt = None if p_halt is None else check_p_halt(p_halt)
+        self.metadata = dict(metadata or {})
+
+    @property
+    def order(self) -> int:
+        """Permutation order :math:`n` (number of quantile bins)."""
+        return int(self.permutation.size)
+
+    @classmethod
+    def identity(cls, order: int, p_halt: float | None = None) -> SigmaCoupling:
+        """The identity permutation: both walkers get lengths from the same bin."""
+        return cls(np.arange(_check_num("order", order)), p_halt)
+
+    def sample_pairs(self, num_pairs: int, p_halt: float,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        p = check_p_halt(p_halt)
+        if self.p_halt is not None and not math.isclose(p, self.p_halt, rel_tol=1e-9):
+            warnings.warn(
+                f"this sigma-coupling was fitted for p_halt={self.p_halt} but is used with "
+                f"p_halt={p}; estimates stay unbiased but the variance reduction is not the "
+                "optimised one", stacklevel=3)
+        n = self.order
+        u1 = rng.random(num_pairs)
+        bins = np.minimum((u1 * n).astype(np.int64), n - 1)
+        u2 = (self.permutation[bins] + rng.random(num_pairs)) / n
+        return geometric_quantile(u1, p), geometric_quantile(np.minimum(u2, np.nextafter(1.0, 0.0)), p)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.name, "order": self.order,
+                "permutation": self.permutation.tolist(), "p_halt": self.p_halt,
+                "metadata": self.metadata}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SigmaCoupling:
+        """Rebuild from :meth:`to_dict` output."""
+        if data.get("type") != cls.name:
+            raise ValueError(f"not a sigma-coupling description: type={data.get('type')!r}")
+        if "permutation" not in data:
+            raise ValueError("sigma-coupling description has no 'permutation'")
+        return cls(data["permutation"], data.get("p_halt"), data.get("metadata"))
+
+    def save(self, path: str | Path) -> None:
+        """Write the fitted permutation and its provenance as JSON."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> SigmaCoupling:
+        """Read a coupling written by :meth:`save`."""
+        file = Path(path)
+        if not file.is_file():
+            raise FileNotFoundError(f"no sigma-coupling file at {file}")
+        try:
+            data = json.loads(file.read_text())
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{file} is not valid JSON: {error}") from error
+        return cls.from_dict(data)
+
+    def __repr__(self) -> str:
+        return f"SigmaCoupling(order={self.order}, p_halt={self.p_halt})"
+
+
+_REGISTRY: dict[str, type[WalkLengthCoupling]] = {
+    IIDLengths.name: IIDLengths,
+    AntitheticTermination.name: AntitheticTermination,
+}
+
+
+def get_walk_length_coupling(coupling: str | WalkLengthCoupling) -> WalkLengthCoupling:
+    """Resolve ``"iid"`` / ``"antithetic"`` (or a coupling instance) to a coupling instance."""
+    if isinstance(coupling, WalkLengthCoupling):
+        return coupling
+    if isinstance(coupling, str):
+        if coupling in _REGISTRY:
+            return _REGISTRY[coupling]()
+        if coupling == SigmaCoupling.name:
+            raise ValueError(
+                "a sigma-coupling needs a fitted permutation: build it with "
+                "fit_sigma_coupling(...) or SigmaCoupling.load(path)")
+        raise ValueError(
+            f"unknown walk-length coupling {coupling!r}; choose from "
+            f"{sorted(_REGISTRY) + [SigmaCoupling.name]} or pass a WalkLengthCoupling")
+    raise TypeError(f"coupling must be a str or WalkLengthCoupling, got {type(coupling).__name__}")
+
+
+def coupling_from_dict(data: dict[str, Any]) -> WalkLengthCoupling:
+    """Inverse of :meth:`WalkLengthCoupling.to_dict` for the built-in couplings."""
+    kind = data.get("type")
+    if kind == SigmaCoupling.name:
+        return SigmaCoupling.from_dict(data)
+    if kind in _REGISTRY:
+        return _REGISTRY[kind]()
+    raise ValueError(f"unknown walk-length coupling type {kind!r}")

@@ -1,0 +1,44 @@
+"""Loaders for the real datasets of the paper's experiments.
+
+No data is bundled: every loader reads a data directory passed as ``data_dir`` or named
+by the environment variable ``GP_COUPLE_DATA``, verifies each file's SHA-256 digest
+(``verify=True``, cached per process) and raises :class:`FileNotFoundError` naming what
+is missing and where it was looked for. Dataset cards: ``datasets/`` at the repository
+root.
+
+* :func:`load_mesh` / :func:`default_mesh`: meshes as faces-as-nodes graphs with the
+  normal-z target; :func:`split_test_nodes` for the 5 % test split.
+* :func:`load_traffic` / :func:`traffic_split`: the San Jose traffic-speed graph.
+* :func:`load_graph`: named real-world graphs and edge-list CSV files.
+* :func:`load_uci`: UCI regression datasets as ``(X, y)``.
+"""
+
+from __future__ import annotations
+
+from ._paths import CHECKSUMS, ENV_VAR, clear_verification_cache, resolve_data_dir, verify_file
+from .graphs import GRAPHS, available_graphs, load_graph
+from .meshes import MESHES, MeshDataset, default_mesh, load_mesh, mesh_from_trimesh, split_test_nodes
+from .traffic import TrafficDataset, load_traffic, traffic_split
+from .uci import UCI_DATASETS, load_uci
+
+__all__ = [
+    "CHECKSUMS",
+    "ENV_VAR",
+    "GRAPHS",
+    "MESHES",
+    "UCI_DATASETS",
+    "MeshDataset",
+    "TrafficDataset",
+    "available_graphs",
+    "clear_verification_cache",
+    "default_mesh",
+    "load_graph",
+    "load_mesh",
+    "load_traffic",
+    "load_uci",
+    "mesh_from_trimesh",
+    "resolve_data_dir",
+    "split_test_nodes",
+    "traffic_split",
+    "verify_file",
+]

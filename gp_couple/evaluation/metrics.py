@@ -1,0 +1,59 @@
+"""Point metrics: relative Frobenius Gram error, RMSE and NLPD."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._arrays import as_float64
+
+
+def relative_frobenius_error(exact: Any, estimate: Any) -> float:
+    r"""Relative Frobenius error :math:`\|K - \widehat K\|_F / \|K\|_F` (paper, fig:permuton_grf).
+
+    :param exact: Exact Gram matrix (array, tensor, scipy sparse or linear operator).
+    :param estimate: Estimated Gram matrix of the same shape.
+    """
+    k = as_float64(exact, "exact")
+    k_hat = as_float64(estimate, "estimate")
+    if k.shape != k_hat.shape:
+        raise ValueError(f"shapes differ: exact {k.shape} vs estimate {k_hat.shape}")
+    norm = np.linalg.norm(k)
+    if norm == 0.0:
+        raise ValueError("exact Gram matrix is zero: relative error undefined")
+    return float(np.linalg.norm(k - k_hat) / norm)
+
+
+def rmse(prediction: Any, target: Any) -> float:
+    """Root mean square error between predictions and targets (same shape)."""
+    pred = as_float64(prediction, "prediction")
+    y = as_float64(target, "target")
+    if pred.shape != y.shape:
+        raise ValueError(f"shapes differ: prediction {pred.shape} vs target {y.shape}")
+    if pred.size == 0:
+        raise ValueError("rmse of zero points is undefined")
+    return float(np.sqrt(np.mean((pred - y) ** 2)))
+
+
+def nlpd(mean: Any, variance: Any, target: Any) -> float:
+    r"""Mean negative log predictive density of independent Gaussian predictions.
+
+    .. math::
+
+        \mathrm{NLPD} = \frac{1}{n}\sum_i \tfrac12 \log(2\pi v_i) + \frac{(y_i - \mu_i)^2}{2 v_i}
+
+    :param mean: Predictive means :math:`\mu_i`.
+    :param variance: Predictive variances :math:`v_i > 0` of the *observations*
+        (include the likelihood noise).
+    :param target: Observed values :math:`y_i`.
+    """
+    mu = as_float64(mean, "mean")
+    var = as_float64(variance, "variance")
+    y = as_float64(target, "target")
+    if not (mu.shape == var.shape == y.shape):
+        raise ValueError(f"shapes differ: mean {mu.shape}, variance {var.shape}, target {y.shape}")
+    if np.any(~np.isfinite(var)) or np.any(var <= 0):
+        raise ValueError("predictive variances must be positive and finite")
+    return float(np.mean(0.5 * np.log(2 * math.pi * var) + 0.5 * (y - mu) ** 2 / var))

@@ -1,0 +1,233 @@
+"""Compiled kernels of the walk sampler (numba).
+
+Randomness is counter-based: walker ``k`` of start node ``v`` draws its neighbour
+choices from a SplitMix64 stream keyed by ``(seed, v * m + k)``. Results therefore do
+not depend on the number of threads, on the order in which rows are processed, or on
+which other start nodes are sampled in the same call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_TO_UNIT = 1.0 / 9007199254740992.0  # 2**-53
+
+
+@njit(inline="always", cache=True)
+def _mix(z: np.uint64) -> np.uint64:
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(inline="always", cache=True)
+def _stream_start(seed: np.uint64, walker: np.uint64) -> np.uint64:
+    return _mix(seed ^ _mix(walker * _GOLDEN + _GOLDEN))
+
+
+@njit(inline="always", cache=True)
+def _next_unit(state: np.uint64) -> tuple[np.uint64, float]:
+    state = state + _GOLDEN
+    return state, float(_mix(state) >> np.uint64(11)) * _TO_UNIT
+
+
+@njit(parallel=True, cache=True)
+def walk_rows(indptr, indices, ratios, degrees, starts, lengths, seed, inv_keep, inv_walkers,
+              out_indptr, out_columns, out_steps, out_weights):  # pragma: no cover - compiled
+    """Fill one CSR row of per-step entries per start node.
+
+    Row ``r`` gets a step-0 entry ``(starts[r], 0, 1)`` followed by one entry per move
+    of each walker, ``(visited node, step, load / m)``, where the load is the product
+    of ``ratios`` (``W~(u, v) * deg(u)``) times ``inv_keep = 1 / (1 - p_halt)`` per move.
+    ``lengths`` must already be zero for start nodes without neighbours.
+    """
+    num_rows, num_walkers = lengths.shape
+    seed_u = np.uint64(seed)
+    for r in prange(num_rows):
+        position = out_indptr[r]
+        start = starts[r]
+        out_columns[position] = start
+        out_steps[position] = 0
+        out_weights[position] = 1.0
+        position += 1
+        base = np.uint64(start) * np.uint64(num_walkers)
+        for k in range(num_walkers):
+            length = lengths[r, k]
+            if length == 0:
+                continue
+            state = _stream_start(seed_u, base + np.uint64(k))
+            current = start
+            load = inv_walkers
+            for t in range(1, length + 1):
+                state, u = _next_unit(state)
+                degree = degrees[current]
+                edge = indptr[current] + np.int64(u * degree)
+                load *= ratios[edge] * inv_keep
+                current = indices[edge]
+                out_columns[position] = current
+                out_steps[position] = t
+                out_weights[position] = load
+                position += 1
+
+
+@njit(parallel=True, cache=True)
+def walk_endpoints(indptr, indices, degrees, starts, lengths, seed, out_endpoints):  # pragma: no cover
+    """Endpoint of each walk (same random streams as :func:`walk_rows`)."""
+    num_rows, num_walkers = lengths.shape
+    seed_u = np.uint64(seed)
+    for r in prange(num_rows):
+        start = starts[r]
+        base = np.uint64(start) * np.uint64(num_walkers)
+        for k in range(num_walkers):
+            length = lengths[r, k]
+            current = start
+            if length > 0:
+                state = _stream_start(seed_u, base + np.uint64(k))
+                for _ in range(length):
+                    state, u = _next_unit(state)
+                    current = indices[indptr[current] + np.int64(u * degrees[current])]
+            out_endpoints[r, k] = current
+
+
+@njit(parallel=True, cache=True)
+def gather_ceiling(indptr, indices, degrees, starts, lengths, seed, out_sink):  # pragma: no cover
+    """Benchmark ceiling: the same random neighbour gathers with no bookkeeping."""
+    num_rows, num_walkers = lengths.shape
+    seed_u = np.uint64(seed)
+    for r in prange(num_rows):
+        start = starts[r]
+        acc = 0
+        base = np.uint64(start) * np.uint64(num_walkers)
+        for k in range(num_walkers):
+            state = _stream_start(seed_u, base + np.uint64(k))
+            current = start
+            for _ in range(lengths[r, k]):
+                state, u = _next_unit(state)
+                current = indices[indptr[current] + np.int64(u * degrees[current])]
+            acc += current
+        out_sink[r] = acc
+
+
+_PACKED_ROW_LIMIT = 1 << 16
+
+
+@njit(cache=True)
+def _coalesce_row(columns, steps, weights, lo, hi):  # pragma: no cover - compiled
+    """Sort entries ``lo:hi`` by (column, step), merge equal pairs, compact them to ``lo``.
+
+    Returns (number of merged entries, number of distinct columns).
+    """
+    n = hi - lo
+    if n == 0:
+        return 0, 0
+    original = weights[lo:hi].copy()
+    if n < _PACKED_ROW_LIMIT:
+        # One uint64 per entry: column (high 32 bits) | step (16) | local index (16);
+        # sorting the values avoids the indirection of an argsort.
+        keys = np.empty(n, dtype=np.uint64)
+        for i in range(n):
+            keys[i] = ((np.uint64(columns[lo + i]) << np.uint64(32))
+                       | (np.uint64(steps[lo + i]) << np.uint64(16)) | np.uint64(i))
+        keys.sort()
+        order = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            order[i] = np.int64(keys[i] & np.uint64(0xFFFF))
+    else:
+        wide = columns[lo:hi].astype(np.int64) * np.int64(1 << 16) + steps[lo:hi].astype(np.int64)
+        order = np.argsort(wide, kind="mergesort")
+    sorted_columns = columns[lo:hi][order]
+    sorted_steps = steps[lo:hi][order]
+    out = lo
+    distinct = 0
+    previous_column = -1
+    previous_step = -1
+    for i in range(n):
+        column = sorted_columns[i]
+        step = sorted_steps[i]
+        weight = original[order[i]]
+        if column == previous_column and step == previous_step:
+            weights[out - 1] += weight
+        else:
+            columns[out] = column
+            steps[out] = step
+            weights[out] = weight
+            out += 1
+            if column != previous_column:
+                distinct += 1
+            previous_column = column
+            previous_step = step
+    return out - lo, distinct
+
+
+@njit(parallel=True, cache=True)
+def coalesce_rows(indptr, columns, steps, weights, entry_counts, distinct_counts):  # pragma: no cover
+    """Coalesce every row of a raw decomposition in place (see :func:`_coalesce_row`)."""
+    for r in prange(indptr.size - 1):
+        entries, distinct = _coalesce_row(columns, steps, weights, indptr[r], indptr[r + 1])
+        entry_counts[r] = entries
+        distinct_counts[r] = distinct
+
+
+@njit(parallel=True, cache=True)
+def walk_and_coalesce_rows(indptr, indices, ratios, degrees, starts, lengths, seed, inv_keep,
+                           inv_walkers, raw_indptr, columns, steps, weights, entry_counts,
+                           distinct_counts):  # pragma: no cover - compiled
+    """:func:`walk_rows` followed by :func:`_coalesce_row` on each row while it is in cache."""
+    num_rows, num_walkers = lengths.shape
+    seed_u = np.uint64(seed)
+    for r in prange(num_rows):
+        position = raw_indptr[r]
+        start = starts[r]
+        columns[position] = start
+        steps[position] = 0
+        weights[position] = 1.0
+        position += 1
+        base = np.uint64(start) * np.uint64(num_walkers)
+        for k in range(num_walkers):
+            length = lengths[r, k]
+            if length == 0:
+                continue
+            state = _stream_start(seed_u, base + np.uint64(k))
+            current = start
+            load = inv_walkers
+            for t in range(1, length + 1):
+                state, u = _next_unit(state)
+                edge = indptr[current] + np.int64(u * degrees[current])
+                load *= ratios[edge] * inv_keep
+                current = indices[edge]
+                columns[position] = current
+                steps[position] = t
+                weights[position] = load
+                position += 1
+        entries, distinct = _coalesce_row(columns, steps, weights, raw_indptr[r], raw_indptr[r + 1])
+        entry_counts[r] = entries
+        distinct_counts[r] = distinct
+
+
+@njit(parallel=True, cache=True)
+def gather_coalesced(raw_indptr, raw_columns, raw_steps, raw_weights, entry_offsets, slot_offsets,
+                     out_steps, out_weights, out_columns, out_slot_pointer):  # pragma: no cover
+    """Copy coalesced rows (at the start of each raw row) into contiguous outputs.
+
+    Fills the distinct columns of every row and, for every distinct (row, column) slot,
+    the index of its first entry (``out_slot_pointer``).
+    """
+    for r in prange(raw_indptr.size - 1):
+        source = raw_indptr[r]
+        target = entry_offsets[r]
+        count = entry_offsets[r + 1] - target
+        slot = slot_offsets[r] - 1
+        previous = -1
+        for i in range(count):
+            column = raw_columns[source + i]
+            out_steps[target + i] = raw_steps[source + i]
+            out_weights[target + i] = raw_weights[source + i]
+            if column != previous:
+                slot += 1
+                previous = column
+                out_columns[slot] = column
+                out_slot_pointer[slot] = target + i

@@ -1,0 +1,300 @@
+r"""Graph random features :math:`\Phi(\theta) = \sum_t f_\theta(t)\,\Phi_t` in torch.
+
+:class:`GraphRandomFeatures` holds the walk decomposition on the fixed sparsity
+pattern of :math:`\Phi`: the distinct ``(row, column)`` slots of the features, and for
+each slot the per-step weights that land on it. Rebuilding the feature values for new
+hyperparameters is then one sparse product,
+
+.. math::
+
+    \mathrm{vec}(\Phi(\theta)) = \mathbf S \, f_\theta,
+    \qquad \mathbf S \in \mathbb R^{\mathrm{nnz}(\Phi) \times T},
+    \quad \mathbf S_{u, t} = \sum_{\text{entries of slot } u \text{ at step } t} \mathrm{load}_t / m,
+
+which is differentiable in :math:`f_\theta` (and so in the kernel hyperparameters)
+and never touches the graph or resamples walks.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from .._random import SeedLike, draw_seed
+from ..couplings.walk_lengths import IIDLengths, WalkLengthCoupling
+from ..graphs import Graph
+from . import _walk_kernels as kernels
+from ..couplings.walk_lengths import check_p_halt
+from .walks import WalkSteps, sample_walk_lengths, walk_ratios
+
+__all__ = ["GraphRandomFeatures", "sparse_csr"]
+
+
+def sparse_csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor,
+               size: tuple[int, int]) -> torch.Tensor:
+    """A torch CSR tensor built without invariant checks (our builders guarantee them)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
+        return torch.sparse_csr_tensor(crow, col, values, size=size, check_invariants=False)
+
+
+@dataclass(frozen=True)
+class GraphRandomFeatures:
+    r"""Coalesced per-step decomposition of graph random features (rows x N).
+
+    :ivar num_nodes: Number of graph nodes :math:`N` (columns).
+    :ivar start_nodes: Start node of each row (int64, shape ``(R,)``).
+    :ivar row_pointer: CSR row pointer of :math:`\Phi` (shape ``(R + 1,)``).
+    :ivar columns: Distinct column of every slot, sorted within rows (shape ``(U,)``).
+    :ivar slot_pointer: CSR row pointer of :math:`\mathbf S` (shape ``(U + 1,)``).
+    :ivar steps: Step of every entry (column index of :math:`\mathbf S`, shape ``(E,)``).
+    :ivar weights: :math:`\mathrm{load}_t / m` of every entry (shape ``(E,)``).
+    :ivar num_steps: :math:`T`, one more than the longest walk.
+    """
+
+    num_nodes: int
+    start_nodes: torch.Tensor
+    row_pointer: torch.Tensor
+    columns: torch.Tensor
+    slot_pointer: torch.Tensor
+    steps: torch.Tensor
+    weights: torch.Tensor
+    num_steps: int
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def sample(cls, graph: Graph, num_walkers: int, p_halt: float,
+               coupling: WalkLengthCoupling | str = IIDLengths(), *, max_length: int | None = None,
+               seed: SeedLike = None, start_nodes: Any = None,
+               dtype: torch.dtype | None = None) -> GraphRandomFeatures:
+        """Sample walks and build the coalesced features in one compiled pass.
+
+        Each row is walked and coalesced while it is in cache, in chunks of rows, so
+        the raw per-walk entries never exist all at once. The result equals
+        ``from_walk_steps(sample_walks(...))`` for the same arguments.
+
+        :param dtype: Floating dtype of the weights (default: torch's default dtype).
+        Other parameters as in :func:`~gp_couple.features.walks.sample_walks`.
+        """
+        starts, lengths, walk_seed = sample_walk_lengths(
+            graph, num_walkers, p_halt, coupling, max_length=max_length, seed=seed,
+            start_nodes=start_nodes)
+        p = check_p_halt(p_halt)
+        raw_sizes = 1 + lengths.sum(axis=1)
+        builder = _Assembler(graph.num_nodes, starts, raw_sizes, graph.indices.dtype, dtype)
+        ratios = walk_ratios(graph)
+        # Same key derivation as walk_with_lengths, so both paths walk identically.
+        neighbour_key = draw_seed(walk_seed)
+        for lo, hi, raw_indptr, scratch in builder.chunks():
+            entry_counts, distinct_counts = builder.counts(hi - lo)
+            kernels.walk_and_coalesce_rows(
+                graph.indptr, graph.indices, ratios, graph.degrees, starts[lo:hi],
+                lengths[lo:hi], neighbour_key, 1.0 / (1.0 - p), 1.0 / lengths.shape[1], raw_indptr,
+                *scratch, entry_counts, distinct_counts)
+            builder.gather(lo, hi, raw_indptr, scratch, entry_counts, distinct_counts)
+        return builder.finish()
+
+    @classmethod
+    def from_walk_steps(cls, walk_steps: WalkSteps, *, dtype: torch.dtype | None = None) -> GraphRandomFeatures:
+        """Coalesce a raw :class:`WalkSteps` decomposition (which is left unchanged)."""
+        if not isinstance(walk_steps, WalkSteps):
+            raise TypeError(f"expected WalkSteps, got {type(walk_steps).__name__}")
+        raw_sizes = np.diff(walk_steps.indptr)
+        builder = _Assembler(walk_steps.num_nodes, walk_steps.start_nodes, raw_sizes,
+                             walk_steps.columns.dtype, dtype, chunk_entries=None)
+        scratch = (walk_steps.columns.copy(), walk_steps.steps.copy(), walk_steps.weights.copy())
+        entry_counts, distinct_counts = builder.counts(walk_steps.num_rows)
+        kernels.coalesce_rows(walk_steps.indptr, *scratch, entry_counts, distinct_counts)
+        builder.gather(0, walk_steps.num_rows, walk_steps.indptr, scratch, entry_counts,
+                       distinct_counts)
+        return builder.finish()
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def num_rows(self) -> int:
+        """Number of feature rows :math:`R`."""
+        return int(self.start_nodes.numel())
+
+    @property
+    def nnz(self) -> int:
+        r"""Stored entries of :math:`\Phi` (distinct ``(row, column)`` pairs)."""
+        return int(self.columns.numel())
+
+    @property
+    def num_entries(self) -> int:
+        """Stored ``(row, column, step)`` entries."""
+        return int(self.weights.numel())
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Floating dtype of the weights."""
+        return self.weights.dtype
+
+    def nbytes(self) -> int:
+        """Memory held by the tensors."""
+        return sum(t.element_size() * t.numel() for t in self.tensors().values())
+
+    # ---------------------------------------------------------------- feature values
+    def step_matrix(self) -> torch.Tensor:
+        r"""The sparse ``(nnz, T)`` matrix :math:`\mathbf S` with :math:`\mathrm{vec}(\Phi) = \mathbf S f`."""
+        return sparse_csr(self.slot_pointer, self.steps, self.weights, (self.nnz, self.num_steps))
+
+    def values(self, modulation: torch.Tensor) -> torch.Tensor:
+        r"""Values of :math:`\Phi(f)` on the fixed pattern, shape ``(*batch, nnz)``.
+
+        :param modulation: :math:`f(0), \dots` along the last dimension (at least
+            :attr:`num_steps` terms; extra terms are ignored), any batch shape.
+        """
+        if not isinstance(modulation, torch.Tensor):
+            raise TypeError(f"modulation must be a tensor, got {type(modulation).__name__}")
+        if modulation.ndim == 0 or modulation.shape[-1] < self.num_steps:
+            raise ValueError(
+                f"modulation needs at least {self.num_steps} terms (walks reach step "
+                f"{self.num_steps - 1}), got shape {tuple(modulation.shape)}")
+        f = modulation[..., : self.num_steps].to(self.weights.dtype)
+        batch_shape = f.shape[:-1]
+        flat = f.reshape(-1, self.num_steps)
+        values = self.step_matrix() @ flat.transpose(0, 1)
+        return values.transpose(0, 1).reshape(*batch_shape, self.nnz)
+
+    def feature_matrix(self, modulation: torch.Tensor) -> torch.Tensor:
+        r""":math:`\Phi(f)` as a torch CSR tensor (rows x N); unbatched ``modulation`` only."""
+        if modulation.ndim != 1:
+            raise ValueError("feature_matrix takes an unbatched (1-D) modulation; use values() for batches")
+        return sparse_csr(self.row_pointer, self.columns, self.values(modulation),
+                          (self.num_rows, self.num_nodes))
+
+    def scipy_feature_matrix(self, modulation: Any) -> sp.csr_matrix:
+        r""":math:`\Phi(f)` as a float64 scipy CSR matrix (detached)."""
+        f = torch.as_tensor(modulation).detach().to(torch.float64)
+        values = self.values(f).numpy()
+        return sp.csr_matrix((values, self.columns.numpy(), self.row_pointer.numpy()),
+                             shape=(self.num_rows, self.num_nodes))
+
+    # ---------------------------------------------------------------- (de)serialisation
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The tensors that define the features (for module buffers / state dicts)."""
+        return {"start_nodes": self.start_nodes, "row_pointer": self.row_pointer,
+                "columns": self.columns, "slot_pointer": self.slot_pointer,
+                "steps": self.steps, "weights": self.weights}
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], num_nodes: int) -> GraphRandomFeatures:
+        """Inverse of :meth:`tensors`, validating shapes."""
+        missing = {"start_nodes", "row_pointer", "columns", "slot_pointer", "steps", "weights"} - set(tensors)
+        if missing:
+            raise ValueError(f"missing feature tensors: {sorted(missing)}")
+        rows = tensors["start_nodes"].numel()
+        if tensors["row_pointer"].numel() != rows + 1:
+            raise ValueError("row_pointer does not match start_nodes")
+        if tensors["slot_pointer"].numel() != tensors["columns"].numel() + 1:
+            raise ValueError("slot_pointer does not match columns")
+        if tensors["steps"].numel() != tensors["weights"].numel():
+            raise ValueError("steps and weights differ in length")
+        num_steps = int(tensors["steps"].max()) + 1 if tensors["steps"].numel() else 1
+        return cls(num_nodes=int(num_nodes), num_steps=num_steps, **tensors)
+
+
+class _Assembler:
+    """Collects coalesced rows chunk by chunk into contiguous arrays.
+
+    Output arrays are allocated at their upper bound (the raw entry count) and shrunk at
+    the end; pages beyond what is written are never touched, so they cost no memory.
+    """
+
+    #: Raw entries per chunk of rows (bounds the scratch memory to ~230 MB).
+    CHUNK_ENTRIES = 1 << 24
+
+    def __init__(self, num_nodes: int, starts: np.ndarray, raw_sizes: np.ndarray,
+                 column_dtype: np.dtype, dtype: torch.dtype | None,
+                 chunk_entries: int | None = CHUNK_ENTRIES) -> None:
+        dtype = dtype or torch.get_default_dtype()
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating torch dtype, got {dtype}")
+        self.dtype = dtype
+        self.num_nodes = int(num_nodes)
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.raw_sizes = np.asarray(raw_sizes, dtype=np.int64)
+        capacity = int(self.raw_sizes.sum())
+        self.entry_index = np.int32 if capacity < np.iinfo(np.int32).max else np.int64
+        self.column_index = np.int32 if max(num_nodes, capacity) < np.iinfo(np.int32).max else np.int64
+        self.chunk_entries = chunk_entries
+        numpy_dtype = torch.empty((), dtype=dtype).numpy().dtype
+        self.steps = np.empty(capacity, dtype=self.entry_index)
+        self.weights = np.empty(capacity, dtype=numpy_dtype)
+        self.columns = np.empty(capacity, dtype=np.dtype(column_dtype))
+        self.slot_pointer = np.empty(capacity + 1, dtype=self.entry_index)
+        self.row_pointer = np.zeros(self.starts.size + 1, dtype=np.int64)
+        self.entries_done = 0
+        self.slots_done = 0
+        self.max_step = 0
+
+    def chunks(self):
+        """Yield ``(lo, hi, raw_indptr, scratch)`` for consecutive row ranges."""
+        rows = self.starts.size
+        if rows == 0:
+            return
+        cumulative = np.cumsum(self.raw_sizes)
+        limit = self.chunk_entries or int(cumulative[-1])
+        scratch_size = 0
+        bounds = [0]
+        while bounds[-1] < rows:
+            lo = bounds[-1]
+            base = cumulative[lo - 1] if lo else 0
+            hi = int(np.searchsorted(cumulative, base + limit, side="right"))
+            hi = max(hi, lo + 1)
+            scratch_size = max(scratch_size, int(cumulative[hi - 1] - base))
+            bounds.append(hi)
+        scratch = (np.empty(scratch_size, dtype=self.columns.dtype),
+                   np.empty(scratch_size, dtype=np.uint16),
+                   np.empty(scratch_size, dtype=np.float64))
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            raw_indptr = np.zeros(hi - lo + 1, dtype=np.int64)
+            np.cumsum(self.raw_sizes[lo:hi], out=raw_indptr[1:])
+            yield lo, hi, raw_indptr, scratch
+
+    @staticmethod
+    def counts(rows: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.int64)
+
+    def gather(self, lo: int, hi: int, raw_indptr: np.ndarray, scratch: tuple[np.ndarray, ...],
+               entry_counts: np.ndarray, distinct_counts: np.ndarray) -> None:
+        entry_offsets = np.empty(hi - lo + 1, dtype=np.int64)
+        entry_offsets[0] = self.entries_done
+        np.cumsum(entry_counts, out=entry_offsets[1:])
+        entry_offsets[1:] += self.entries_done
+        slot_offsets = np.empty(hi - lo + 1, dtype=np.int64)
+        slot_offsets[0] = self.slots_done
+        np.cumsum(distinct_counts, out=slot_offsets[1:])
+        slot_offsets[1:] += self.slots_done
+        kernels.gather_coalesced(raw_indptr, *scratch, entry_offsets, slot_offsets, self.steps,
+                                 self.weights, self.columns, self.slot_pointer)
+        self.row_pointer[lo + 1: hi + 1] = slot_offsets[1:]
+        self.entries_done = int(entry_offsets[-1])
+        self.slots_done = int(slot_offsets[-1])
+        if self.entries_done:
+            self.max_step = max(self.max_step, int(self.steps[int(entry_offsets[0]):self.entries_done].max(initial=0)))
+
+    def finish(self) -> GraphRandomFeatures:
+        self.slot_pointer[self.slots_done] = self.entries_done
+        # Shrink in place: realloc returns the untouched tail without copying.
+        self.steps.resize(self.entries_done, refcheck=False)
+        self.weights.resize(self.entries_done, refcheck=False)
+        self.columns.resize(self.slots_done, refcheck=False)
+        self.slot_pointer.resize(self.slots_done + 1, refcheck=False)
+        structure = self.column_index
+        return GraphRandomFeatures(
+            num_nodes=self.num_nodes,
+            start_nodes=torch.from_numpy(self.starts),
+            row_pointer=torch.from_numpy(self.row_pointer.astype(structure)),
+            columns=torch.from_numpy(self.columns.astype(structure, copy=False)),
+            slot_pointer=torch.from_numpy(self.slot_pointer),
+            steps=torch.from_numpy(self.steps),
+            weights=torch.from_numpy(self.weights),
+            num_steps=self.max_step + 1,
+        )

@@ -1,0 +1,337 @@
+r"""Vectorised random-walk sampler for graph random features (paper, app:grf_approx).
+
+A walker leaving node :math:`v_0 = i` moves to a uniformly chosen neighbour at every
+step until it halts after :math:`l` moves, with :math:`l` drawn by a
+:class:`~gp_couple.couplings.WalkLengthCoupling`. The prefix ending at step :math:`t`
+carries the importance weight
+
+.. math::
+
+    \mathrm{load}_t = \prod_{s < t}
+        \frac{\widetilde W(v_s, v_{s+1}) \, \deg(v_s)}{1 - p_\mathrm{halt}},
+
+the product of normalised edge weights divided by the marginal probability of the
+prefix, and contributes :math:`\mathrm{load}_t f(t)` to coordinate :math:`v_t` of the
+walker's projection. Averaging the projections of :math:`m` walkers gives the feature
+vector :math:`\phi(i)`.
+
+The sampler returns the **per-step decomposition** :class:`WalkSteps`: every entry
+is ``(start node, visited node, step t, load / m)``, so that for any modulation
+function :math:`f`
+
+.. math::
+
+    \Phi(f) = \sum_t f(t) \, \Phi_t
+
+is rebuilt by one gather and one multiply (cheaply and differentiably when kernel
+hyperparameters change) without resampling. All walkers of all start nodes advance in
+a compiled parallel loop; no Python code runs per node or per walker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._random import SeedLike, as_numpy_generator, draw_seed
+from ..couplings.walk_lengths import (
+    IIDLengths,
+    WalkLengthCoupling,
+    check_p_halt,
+    get_walk_length_coupling,
+)
+from ..graphs import Graph
+from . import _walk_kernels as kernels
+
+__all__ = ["WalkSteps", "sample_walks", "sample_walk_lengths", "walk_with_lengths",
+           "sample_walk_endpoints", "walk_endpoints_with_lengths", "validated_lengths", "walk_ratios", "MAX_WALK_LENGTH"]
+
+#: Steps are stored as uint16; longer walks need an explicit ``max_length``.
+MAX_WALK_LENGTH = np.iinfo(np.uint16).max
+
+
+@dataclass(frozen=True)
+class WalkSteps:
+    r"""Per-step decomposition of graph random features.
+
+    Row ``r`` (start node ``start_nodes[r]``) owns entries ``indptr[r]:indptr[r + 1]``
+    of ``columns`` (visited node), ``steps`` (step :math:`t`) and ``weights``
+    (:math:`\mathrm{load}_t / m`). Entries with the same ``(row, column, step)`` may
+    repeat; summing them is implied.
+
+    :ivar num_nodes: Number of graph nodes :math:`N` (columns of :math:`\Phi`).
+    :ivar start_nodes: Start node of each row (int64).
+    :ivar indptr: Row pointer (int64).
+    :ivar columns: Visited node per entry (int32 or int64).
+    :ivar steps: Step :math:`t` per entry (uint16).
+    :ivar weights: :math:`\mathrm{load}_t / m` per entry (float64).
+    :ivar num_walkers: Walkers per start node :math:`m`.
+    :ivar p_halt: Termination probability.
+    :ivar lengths: Walk lengths actually walked, shape ``(rows, m)`` (after
+        truncation at ``max_length`` and zeroed at isolated start nodes).
+    """
+
+    num_nodes: int
+    start_nodes: np.ndarray
+    indptr: np.ndarray
+    columns: np.ndarray
+    steps: np.ndarray
+    weights: np.ndarray
+    num_walkers: int
+    p_halt: float
+    lengths: np.ndarray = field(repr=False)
+
+    @property
+    def num_rows(self) -> int:
+        """Number of start nodes (rows of :math:`\\Phi`)."""
+        return int(self.start_nodes.size)
+
+    @property
+    def num_entries(self) -> int:
+        """Number of stored per-step entries."""
+        return int(self.columns.size)
+
+    @property
+    def max_step(self) -> int:
+        """Largest step present (0 if every walk has length 0)."""
+        return int(self.steps.max()) if self.steps.size else 0
+
+    @property
+    def row_index(self) -> np.ndarray:
+        """Row of every entry (int64), expanded from ``indptr``."""
+        return np.repeat(np.arange(self.num_rows, dtype=np.int64), np.diff(self.indptr))
+
+    def feature_matrix(self, modulation: Any) -> sp.csr_matrix:
+        r"""Assemble :math:`\Phi(f) = \sum_t f(t)\Phi_t` as a scipy CSR matrix (rows x N).
+
+        :param modulation: Values :math:`f(0), f(1), \dots` (array-like, at least
+            ``max_step + 1`` long; a torch tensor is detached).
+        """
+        f = _as_numpy_modulation(modulation, self.max_step)
+        # copy=True: sum_duplicates() sorts indices in place, which would scramble
+        # this decomposition's columns relative to its steps.
+        matrix = sp.csr_matrix((self.weights * f[self.steps], self.columns, self.indptr),
+                               shape=(self.num_rows, self.num_nodes), copy=True)
+        matrix.sum_duplicates()
+        return matrix
+
+    def step_matrix(self, step: int) -> sp.csr_matrix:
+        r"""The single-step matrix :math:`\Phi_t` (rows x N), summed over walkers."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        mask = self.steps == step
+        matrix = sp.csr_matrix((self.weights * mask, self.columns, self.indptr),
+                               shape=(self.num_rows, self.num_nodes), copy=True)
+        matrix.eliminate_zeros()
+        matrix.sum_duplicates()
+        return matrix
+
+    def nbytes(self) -> int:
+        """Memory held by the entry arrays."""
+        return int(self.indptr.nbytes + self.columns.nbytes + self.steps.nbytes
+                   + self.weights.nbytes + self.lengths.nbytes + self.start_nodes.nbytes)
+
+
+def _as_numpy_modulation(modulation: Any, max_step: int) -> np.ndarray:
+    try:
+        import torch
+
+        if isinstance(modulation, torch.Tensor):
+            modulation = modulation.detach().cpu().numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    f = np.asarray(modulation, dtype=np.float64)
+    if f.ndim != 1:
+        raise ValueError(f"modulation must be 1-D, got shape {f.shape}")
+    if f.size < max_step + 1:
+        raise ValueError(
+            f"modulation has {f.size} terms but walks reach step {max_step}; "
+            f"pass at least {max_step + 1} terms")
+    return f
+
+
+def _check_start_nodes(graph: Graph, start_nodes: Any) -> np.ndarray:
+    if start_nodes is None:
+        return np.arange(graph.num_nodes, dtype=np.int64)
+    nodes = np.asarray(start_nodes)
+    if nodes.ndim != 1:
+        raise ValueError(f"start_nodes must be 1-D, got shape {nodes.shape}")
+    if not np.issubdtype(nodes.dtype, np.integer):
+        raise TypeError(f"start_nodes must hold integer node indices, got dtype {nodes.dtype}")
+    if nodes.size and (nodes.min() < 0 or nodes.max() >= graph.num_nodes):
+        raise ValueError(f"start_nodes must lie in [0, {graph.num_nodes})")
+    if np.unique(nodes).size != nodes.size:
+        # A node's neighbour choices are keyed by (node, walker): repeated rows would
+        # share them and not be independent.
+        raise ValueError("start_nodes contains duplicates; sample repeats with different seeds")
+    return nodes.astype(np.int64)
+
+
+def walk_ratios(graph: Graph) -> np.ndarray:
+    r"""Per-edge importance ratio :math:`\widetilde W(u, v) \deg(u)` in CSR order (cached)."""
+
+    def build() -> np.ndarray:
+        ratios = graph.normalized_weights() * np.repeat(graph.degrees, graph.degrees)
+        ratios.setflags(write=False)
+        return ratios
+
+    return graph._cached("walk_ratios", build)
+
+
+def validated_lengths(graph: Graph, lengths: Any, starts: np.ndarray) -> np.ndarray:
+    """Check a ``(rows, m)`` length array and zero the rows of isolated start nodes.
+
+    :return: A C-contiguous int64 copy (or the input when nothing needs changing).
+    """
+    length_array = np.asarray(lengths)
+    if length_array.ndim != 2 or length_array.shape[0] != starts.size:
+        raise ValueError(
+            f"lengths must have shape ({starts.size}, num_walkers), got {length_array.shape}")
+    if length_array.shape[1] < 1:
+        raise ValueError("lengths must have at least one walker per row")
+    if not np.issubdtype(length_array.dtype, np.integer):
+        raise TypeError(f"lengths must be integers, got dtype {length_array.dtype}")
+    if length_array.size and length_array.min() < 0:
+        raise ValueError("lengths must be non-negative")
+    if length_array.size and length_array.max() > MAX_WALK_LENGTH:
+        raise ValueError(
+            f"a walk of length {int(length_array.max())} exceeds the supported "
+            f"{MAX_WALK_LENGTH} steps; pass max_length to truncate walks")
+    walked = np.ascontiguousarray(length_array, dtype=np.int64)
+    isolated = graph.degrees[starts] == 0
+    if np.any(isolated):
+        # A walker at a node without neighbours cannot move: its walk ends there.
+        walked = walked.copy() if walked is length_array else walked
+        walked[isolated] = 0
+    return walked
+
+
+def walk_with_lengths(graph: Graph, lengths: Any, p_halt: float, *, seed: SeedLike = None,
+                      start_nodes: Any = None) -> WalkSteps:
+    """Walk with given lengths: the sampler's core, for couplings and fitting code.
+
+    :param graph: The graph.
+    :param lengths: Non-negative integer array of shape ``(rows, m)``: the length of
+        walker ``k`` from ``start_nodes[r]``. Walkers from isolated nodes do not move.
+    :param p_halt: Termination probability the importance weights assume.
+    :param seed: Seed for the neighbour choices (an int gives reproducible walks).
+    :param start_nodes: Start node of each row (default ``0, ..., N - 1``).
+    """
+    _check_graph(graph)
+    p = check_p_halt(p_halt)
+    starts = _check_start_nodes(graph, start_nodes)
+    walked = validated_lengths(graph, lengths, starts)
+    num_walkers = walked.shape[1]
+    row_sizes = 1 + walked.sum(axis=1)
+    indptr = np.zeros(starts.size + 1, dtype=np.int64)
+    np.cumsum(row_sizes, out=indptr[1:])
+    total = int(indptr[-1])
+    columns = np.empty(total, dtype=graph.indices.dtype)
+    steps = np.empty(total, dtype=np.uint16)
+    weights = np.empty(total, dtype=np.float64)
+    kernels.walk_rows(graph.indptr, graph.indices, walk_ratios(graph), graph.degrees, starts,
+                      walked, draw_seed(seed), 1.0 / (1.0 - p), 1.0 / num_walkers,
+                      indptr, columns, steps, weights)
+    return WalkSteps(num_nodes=graph.num_nodes, start_nodes=starts, indptr=indptr,
+                     columns=columns, steps=steps, weights=weights, num_walkers=num_walkers,
+                     p_halt=p, lengths=walked)
+
+
+def _check_graph(graph: Any) -> None:
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a gp_couple.Graph, got {type(graph).__name__}")
+
+
+def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
+                  coupling: WalkLengthCoupling | str, num_rows: int,
+                  max_length: int | None, rng: np.random.Generator) -> np.ndarray:
+    if isinstance(num_walkers, bool) or not isinstance(num_walkers, (int, np.integer)):
+        raise TypeError(f"num_walkers must be an int, got {type(num_walkers).__name__}")
+    if num_walkers < 1:
+        raise ValueError(f"num_walkers must be >= 1, got {num_walkers}")
+    if max_length is not None:
+        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
+            raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
+        if not 0 <= max_length <= MAX_WALK_LENGTH:
+            raise ValueError(f"max_length must lie in [0, {MAX_WALK_LENGTH}], got {max_length}")
+    lengths = get_walk_length_coupling(coupling).sample_lengths(num_rows, int(num_walkers),
+                                                                p_halt, rng)
+    if lengths.shape != (num_rows, num_walkers):
+        raise ValueError(
+            f"coupling {coupling!r} returned lengths of shape {lengths.shape}, expected "
+            f"{(num_rows, num_walkers)}")
+    if max_length is not None:
+        np.minimum(lengths, max_length, out=lengths)
+    return lengths
+
+
+def sample_walk_lengths(graph: Graph, num_walkers: int, p_halt: float,
+                        coupling: WalkLengthCoupling | str = IIDLengths(), *,
+                        max_length: int | None = None, seed: SeedLike = None,
+                        start_nodes: Any = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Draw everything random about the walks except the neighbour choices.
+
+    :return: ``(start_nodes, lengths, walk_seed)``: validated start nodes, the
+        ``(rows, m)`` lengths to walk (zero at isolated nodes, capped at
+        ``max_length``) and the integer seed of the neighbour choices.
+    """
+    _check_graph(graph)
+    p = check_p_halt(p_halt)
+    starts = _check_start_nodes(graph, start_nodes)
+    rng = as_numpy_generator(seed)
+    walk_seed = draw_seed(rng)
+    lengths = _draw_lengths(graph, num_walkers, p, coupling, starts.size, max_length, rng)
+    return starts, validated_lengths(graph, lengths, starts), walk_seed
+
+
+def sample_walks(graph: Graph, num_walkers: int, p_halt: float,
+                 coupling: WalkLengthCoupling | str = IIDLengths(), *,
+                 max_length: int | None = None, seed: SeedLike = None,
+                 start_nodes: Any = None) -> WalkSteps:
+    r"""Sample the per-step decomposition of graph random features.
+
+    :param graph: The graph.
+    :param num_walkers: Walkers per start node :math:`m` (even for paired couplings).
+    :param p_halt: Termination probability :math:`p_\mathrm{halt} \in (0, 1)`.
+    :param coupling: Walk-length coupling (instance, or ``"iid"`` / ``"antithetic"``).
+    :param max_length: Optional cap on walk lengths. Truncation drops the series terms
+        beyond it, so estimates are then unbiased for the truncated series only.
+    :param seed: Seed or generator; the same int seed gives identical results
+        whatever the thread count.
+    :param start_nodes: Sample rows only for these nodes (default: all). A node's
+        walks do not depend on which other nodes are sampled alongside it.
+    :return: The :class:`WalkSteps` decomposition.
+    """
+    starts, lengths, walk_seed = sample_walk_lengths(
+        graph, num_walkers, p_halt, coupling, max_length=max_length, seed=seed,
+        start_nodes=start_nodes)
+    return walk_with_lengths(graph, lengths, p_halt, seed=walk_seed, start_nodes=starts)
+
+
+def walk_endpoints_with_lengths(graph: Graph, lengths: Any, *, seed: SeedLike = None,
+                                start_nodes: Any = None) -> np.ndarray:
+    """Endpoints of walks with given lengths, int64 ``(rows, m)``; same walks as :func:`walk_with_lengths`."""
+    _check_graph(graph)
+    starts = _check_start_nodes(graph, start_nodes)
+    walked = validated_lengths(graph, lengths, starts)
+    endpoints = np.empty(walked.shape, dtype=np.int64)
+    kernels.walk_endpoints(graph.indptr, graph.indices, graph.degrees, starts, walked,
+                           draw_seed(seed), endpoints)
+    return endpoints
+
+
+def sample_walk_endpoints(graph: Graph, num_walkers: int, p_halt: float,
+                          coupling: WalkLengthCoupling | str = IIDLengths(), *,
+                          max_length: int | None = None, seed: SeedLike = None,
+                          start_nodes: Any = None) -> np.ndarray:
+    """Where each walk ends: int64 array ``(rows, m)`` (PageRank estimation, app:pagerank).
+
+    Arguments as in :func:`sample_walks`.
+    """
+    starts, lengths, walk_seed = sample_walk_lengths(
+        graph, num_walkers, p_halt, coupling, max_length=max_length, seed=seed,
+        start_nodes=start_nodes)
+    return walk_endpoints_with_lengths(graph, lengths, seed=walk_seed, start_nodes=starts)

@@ -1,0 +1,532 @@
+r"""Graph node kernels as power series in the normalised adjacency, and their modulation functions.
+
+Every kernel here is a function of the normalised Laplacian
+:math:`\widetilde{\mathbf L} = \mathbf I - \widetilde{\mathbf W}` (paper, eq:graph_lap,
+tab:taylor_expansions) written as a power series in :math:`\widetilde{\mathbf W}`,
+
+.. math::
+
+    \mathbf K = \sum_{k \ge 0} \alpha_k \widetilde{\mathbf W}^k .
+
+Graph random features estimate it without bias when their *modulation function*
+:math:`f` is a convolutional square root of the coefficients (app:grf_approx),
+
+.. math::
+
+    \sum_{p=0}^{k} f(p)\, f(k - p) = \alpha_k \qquad (k = 0, 1, \dots).
+
+Each family is a gpytorch :class:`~gpytorch.Module` whose hyperparameters carry gpytorch
+constraints and can take priors, so :meth:`GraphKernelSeries.modulation` is
+differentiable with respect to them. Amplitudes are left to
+:class:`gpytorch.kernels.ScaleKernel`.
+
+=======================  ==========================================================  ======================================
+family                   kernel                                                      :math:`\alpha_k`
+=======================  ==========================================================  ======================================
+:class:`Diffusion`       :math:`\exp(-\gamma^2 \widetilde{\mathbf L})`                :math:`e^{-\gamma^2}\gamma^{2k}/k!`
+:class:`RegularisedLaplacian` :math:`(\mathbf I + \sigma^2 \widetilde{\mathbf L})^{-d}` :math:`(1+\sigma^2)^{-d}\binom{k+d-1}{k}c^k`, :math:`c = \tfrac{\sigma^2}{1+\sigma^2}`
+:class:`PStepRandomWalk` :math:`(\alpha \mathbf I - \widetilde{\mathbf L})^{p}`         :math:`\binom{p}{k}(\alpha - 1)^{p-k}`
+:class:`InverseCosine`   :math:`\cos(\beta \widetilde{\mathbf L})`                     :math:`\tfrac{\beta^k}{k!}\cos(\beta - k\pi/2)`
+:class:`PowerSeries`     :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` (user-supplied)  given
+=======================  ==========================================================  ======================================
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from gpytorch.constraints import GreaterThan, Interval, Positive
+from gpytorch.module import Module
+from gpytorch.priors import Prior
+
+__all__ = [
+    "GraphKernelSeries",
+    "Diffusion",
+    "RegularisedLaplacian",
+    "PStepRandomWalk",
+    "InverseCosine",
+    "PowerSeries",
+    "convolutional_sqrt",
+    "convolve_series",
+    "get_graph_kernel",
+]
+
+
+def convolve_series(f: torch.Tensor, g: torch.Tensor | None = None) -> torch.Tensor:
+    r"""Truncated Cauchy product :math:`h_k = \sum_{p \le k} f_p g_{k-p}` along the last dim."""
+    g = f if g is None else g
+    num_terms = f.shape[-1]
+    # h = f @ T(g) with T(g)[p, k] = g[k - p] (Toeplitz, upper triangular).
+    index = torch.arange(num_terms, device=f.device)
+    offsets = index.view(1, -1) - index.view(-1, 1)
+    toeplitz = torch.where(offsets >= 0, g[..., offsets.clamp(min=0)], torch.zeros((), dtype=g.dtype, device=g.device))
+    return (f.unsqueeze(-2) @ toeplitz).squeeze(-2)
+
+
+def convolutional_sqrt(coefficients: torch.Tensor) -> torch.Tensor:
+    r"""Convolutional square root :math:`f` of a power series, :math:`f * f = \alpha`.
+
+    Solves :math:`f_0 = \sqrt{\alpha_0}`,
+    :math:`f_k = (\alpha_k - \sum_{p=1}^{k-1} f_p f_{k-p}) / (2 f_0)` — the Taylor
+    coefficients of :math:`\sqrt{A(x)}` for :math:`A(x) = \sum_k \alpha_k x^k`. The
+    recursion runs on the series rescaled to :math:`\alpha_k r^k` with
+    :math:`r = \alpha_0 / \max_k |\alpha_k|^{1/k}`-style normalisation so that the
+    terms stay of order one, which keeps the cancellation error of the inner sums at
+    the level of the largest term. It is differentiable (autograd) and batched over
+    leading dimensions.
+
+    :param coefficients: :math:`\alpha_0, \alpha_1, \dots` along the last dimension,
+        with :math:`\alpha_0 > 0`.
+    :raises ValueError: If :math:`\alpha_0 \le 0` (no real square root series exists).
+    """
+    if coefficients.shape[-1] == 0:
+        raise ValueError("coefficients must have at least one term")
+    alpha0 = coefficients[..., 0]
+    if torch.any(alpha0 <= 0):
+        raise ValueError("the zeroth coefficient must be positive for a real square-root series")
+    num_terms = coefficients.shape[-1]
+    # Rescale alpha_k -> alpha_k / alpha_0 * r^k so that the normalised series has
+    # coefficients of order one; f scales back by sqrt(alpha_0) / r^k.
+    with torch.no_grad():
+        k = torch.arange(1, num_terms, dtype=coefficients.dtype, device=coefficients.device)
+        if num_terms > 1:
+            ratios = (coefficients[..., 1:].abs() / alpha0.unsqueeze(-1)).clamp(min=1e-300)
+            growth = torch.exp(ratios.log() / k).amax(dim=-1).clamp(min=1e-12)
+        else:
+            growth = torch.ones_like(alpha0)
+    powers = torch.arange(num_terms, dtype=coefficients.dtype, device=coefficients.device)
+    scale = growth.unsqueeze(-1) ** (-powers)
+    normalised = coefficients / alpha0.unsqueeze(-1) * scale
+    terms = [torch.ones_like(alpha0)]
+    for index in range(1, num_terms):
+        if index > 1:
+            previous = torch.stack(terms[1:index], dim=-1)
+            inner = (previous * previous.flip(-1)).sum(-1)
+        else:
+            inner = torch.zeros_like(alpha0)
+        terms.append((normalised[..., index] - inner) / 2.0)
+    root = torch.stack(terms, dim=-1)
+    return root * alpha0.sqrt().unsqueeze(-1) / scale
+
+
+class GraphKernelSeries(Module, ABC):
+    r"""Abstract graph node kernel :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k`.
+
+    Subclasses implement :meth:`coefficients` and :meth:`spectrum` (the kernel as a
+    function :math:`g(\lambda) = \sum_k \alpha_k \lambda^k` of the eigenvalues of
+    :math:`\widetilde{\mathbf W}`), and may override :meth:`modulation` with a closed
+    form and :meth:`apply_exact` with a better exact product.
+
+    :param batch_shape: Batch shape of the hyperparameters (e.g. for Pyro sampling).
+    """
+
+    def __init__(self, batch_shape: torch.Size = torch.Size()) -> None:
+        super().__init__()
+        self._batch_shape = torch.Size(batch_shape)
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        """Batch shape of the hyperparameters."""
+        return self._batch_shape
+
+    @abstractmethod
+    def coefficients(self, num_terms: int) -> torch.Tensor:
+        r"""Series coefficients :math:`\alpha_0, \dots, \alpha_{T-1}`, shape ``(*batch, T)``."""
+
+    @abstractmethod
+    def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
+        r""":math:`g(\lambda)` at eigenvalues of :math:`\widetilde{\mathbf W}`, shape ``(*batch, N)``."""
+
+    def modulation(self, num_terms: int) -> torch.Tensor:
+        r"""Modulation function :math:`f(0), \dots, f(T-1)`, shape ``(*batch, T)``."""
+        return convolutional_sqrt(self.coefficients(_check_terms(num_terms)))
+
+    def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
+        r"""Exact product :math:`\mathbf K B` in float64 (no batch), for large sparse graphs.
+
+        The default sums the power series with Horner's rule until the remaining
+        coefficients are negligible; subclasses use expm_multiply or sparse solves.
+        """
+        self._require_unbatched()
+        alpha = self.coefficients(_SERIES_TERMS).detach().double().cpu().numpy()
+        significant = np.flatnonzero(np.abs(alpha) > _SERIES_TOL * np.abs(alpha).max())
+        alpha = alpha[: int(significant.max()) + 1]
+        result = alpha[-1] * block
+        for coefficient in alpha[-2::-1]:
+            result = normalized_adjacency @ result + coefficient * block
+        return np.asarray(result)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{name}={value}" for name, value in self.hyperparameters().items())
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """Current hyperparameter values (floats, or lists when batched) for reports."""
+        return {}
+
+    def _require_unbatched(self) -> None:
+        if self._batch_shape != torch.Size():
+            raise ValueError("exact products need unbatched hyperparameters "
+                             f"(batch_shape is {tuple(self._batch_shape)})")
+
+    def _positive_parameter(self, name: str, value: float, prior: Prior | None,
+                            constraint: Any) -> None:
+        raw = torch.zeros(*self._batch_shape, 1, dtype=torch.get_default_dtype())
+        self.register_parameter(f"raw_{name}", torch.nn.Parameter(raw))
+        self.register_constraint(f"raw_{name}", constraint)
+        if prior is not None:
+            if not isinstance(prior, Prior):
+                raise TypeError(f"{name}_prior must be a gpytorch Prior, got {type(prior).__name__}")
+            self.register_prior(f"{name}_prior", prior,
+                                lambda module, n=name: getattr(module, n),
+                                lambda module, v, n=name: module._set_hyper(n, v))
+        self._set_hyper(name, value)
+
+    def _get_hyper(self, name: str) -> torch.Tensor:
+        constraint = getattr(self, f"raw_{name}_constraint")
+        return constraint.transform(getattr(self, f"raw_{name}"))
+
+    def _set_hyper(self, name: str, value: Any) -> None:
+        raw = getattr(self, f"raw_{name}")
+        tensor = torch.as_tensor(value, dtype=raw.dtype, device=raw.device)
+        if torch.any(~torch.isfinite(tensor)):
+            raise ValueError(f"{name} must be finite, got {value}")
+        constraint = getattr(self, f"raw_{name}_constraint")
+        if not constraint.check(tensor.reshape(-1)):
+            raise ValueError(f"{name}={value} violates its constraint {constraint}")
+        # initialize() broadcasts into the parameter, or replaces it when a batch of
+        # values (e.g. Pyro samples) has a larger shape.
+        self.initialize(**{f"raw_{name}": constraint.inverse_transform(tensor)})
+
+
+_SERIES_TERMS = 400
+_SERIES_TOL = 1e-17
+
+
+def _check_terms(num_terms: int) -> int:
+    if isinstance(num_terms, bool) or not isinstance(num_terms, (int, np.integer)):
+        raise TypeError(f"num_terms must be an int, got {type(num_terms).__name__}")
+    if num_terms < 1:
+        raise ValueError(f"num_terms must be >= 1, got {num_terms}")
+    return int(num_terms)
+
+
+def _steps(num_terms: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.arange(_check_terms(num_terms), dtype=like.dtype, device=like.device)
+
+
+def _value(tensor: torch.Tensor) -> Any:
+    flat = tensor.detach().reshape(-1)
+    return float(flat[0]) if flat.numel() == 1 else flat.tolist()
+
+
+class Diffusion(GraphKernelSeries):
+    r"""Diffusion (heat) kernel :math:`\exp(-\gamma^2 \widetilde{\mathbf L}) = e^{-\gamma^2}\exp(\gamma^2 \widetilde{\mathbf W})`.
+
+    Closed-form modulation (NOTES.md, "Modulation for the diffusion kernel"):
+
+    .. math::
+
+        f(t) = e^{-\gamma^2/2} \frac{(\gamma^2/2)^t}{t!}, \qquad
+        \alpha_k = e^{-\gamma^2} \frac{\gamma^{2k}}{k!}.
+
+    :param gamma: Initial :math:`\gamma > 0` (the kernel's lengthscale on the graph).
+    :param gamma_prior: Optional gpytorch prior on :math:`\gamma`.
+    :param gamma_constraint: Constraint on :math:`\gamma` (default ``Positive()``).
+    :param batch_shape: Hyperparameter batch shape.
+    """
+
+    def __init__(self, gamma: float = 1.0, *, gamma_prior: Prior | None = None,
+                 gamma_constraint: Any = None, batch_shape: torch.Size = torch.Size()) -> None:
+        super().__init__(batch_shape)
+        self._positive_parameter("gamma", gamma, gamma_prior, gamma_constraint or Positive())
+
+    @property
+    def gamma(self) -> torch.Tensor:
+        r""":math:`\gamma`, shape ``(*batch, 1)``."""
+        return self._get_hyper("gamma")
+
+    @gamma.setter
+    def gamma(self, value: Any) -> None:
+        self._set_hyper("gamma", value)
+
+    def coefficients(self, num_terms: int) -> torch.Tensor:
+        g2 = self.gamma**2
+        t = _steps(num_terms, g2)
+        return torch.exp(-g2 + torch.xlogy(t, g2) - torch.lgamma(t + 1))
+
+    def modulation(self, num_terms: int) -> torch.Tensor:
+        half = self.gamma**2 / 2
+        t = _steps(num_terms, half)
+        return torch.exp(-half + torch.xlogy(t, half) - torch.lgamma(t + 1))
+
+    def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
+        return torch.exp(-self.gamma**2 * (1 - eigenvalues))
+
+    def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
+        from scipy.sparse.linalg import expm_multiply
+
+        self._require_unbatched()
+        g2 = float(self.gamma.detach()) ** 2
+        return math.exp(-g2) * expm_multiply(g2 * sp.csr_matrix(normalized_adjacency), block)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {"gamma": _value(self.gamma)}
+
+
+class RegularisedLaplacian(GraphKernelSeries):
+    r"""Regularised Laplacian :math:`(\mathbf I + \sigma^2 \widetilde{\mathbf L})^{-d}` (tab:taylor_expansions).
+
+    On the normalised Laplacian (NOTES.md, "Regularised Laplacian"):
+    :math:`(\mathbf I + \sigma^2\widetilde{\mathbf L})^{-d} = (1 + \sigma^2)^{-d}(\mathbf I - c\widetilde{\mathbf W})^{-d}`
+    with :math:`c = \sigma^2/(1 + \sigma^2) < 1`, so
+
+    .. math::
+
+        \alpha_k = (1+\sigma^2)^{-d}\binom{k + d - 1}{k} c^k, \qquad
+        f(t) = (1+\sigma^2)^{-d/2} \frac{\Gamma(t + d/2)}{\Gamma(d/2)\, t!} c^t,
+
+    the latter being the series of :math:`(1+\sigma^2)^{-d/2}(1 - c x)^{-d/2}`.
+
+    :param sigma: Initial regulariser :math:`\sigma > 0`.
+    :param degree: The power :math:`d > 0` (fixed; exact column products need an integer).
+    :param sigma_prior: Optional prior on :math:`\sigma`.
+    :param sigma_constraint: Constraint (default ``Positive()``).
+    :param batch_shape: Hyperparameter batch shape.
+    """
+
+    def __init__(self, sigma: float = 1.0, degree: float = 2, *, sigma_prior: Prior | None = None,
+                 sigma_constraint: Any = None, batch_shape: torch.Size = torch.Size()) -> None:
+        super().__init__(batch_shape)
+        if isinstance(degree, bool) or not isinstance(degree, (int, float, np.integer, np.floating)):
+            raise TypeError(f"degree must be a number, got {type(degree).__name__}")
+        if not (float(degree) > 0 and math.isfinite(float(degree))):
+            raise ValueError(f"degree must be positive, got {degree}")
+        self.degree = float(degree)
+        self._positive_parameter("sigma", sigma, sigma_prior, sigma_constraint or Positive())
+
+    @property
+    def sigma(self) -> torch.Tensor:
+        r""":math:`\sigma`, shape ``(*batch, 1)``."""
+        return self._get_hyper("sigma")
+
+    @sigma.setter
+    def sigma(self, value: Any) -> None:
+        self._set_hyper("sigma", value)
+
+    def _log_terms(self, num_terms: int, power: float) -> torch.Tensor:
+        # log of (1 + s^2)^{-power} * Gamma(k + power) / (Gamma(power) k!) * c^k
+        s2 = self.sigma**2
+        t = _steps(num_terms, s2)
+        log_c = torch.log(s2) - torch.log1p(s2)
+        return (-power * torch.log1p(s2) + torch.lgamma(t + power) - math.lgamma(power)
+                - torch.lgamma(t + 1) + t * log_c)
+
+    def coefficients(self, num_terms: int) -> torch.Tensor:
+        return torch.exp(self._log_terms(num_terms, self.degree))
+
+    def modulation(self, num_terms: int) -> torch.Tensor:
+        return torch.exp(self._log_terms(num_terms, self.degree / 2))
+
+    def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
+        return (1 + self.sigma**2 * (1 - eigenvalues)) ** (-self.degree)
+
+    def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
+        from scipy.sparse.linalg import splu
+
+        self._require_unbatched()
+        if not float(self.degree).is_integer():
+            raise ValueError("exact column products need an integer degree; use the dense "
+                             "reference (gp_couple.exact.exact_kernel_matrix) instead")
+        s2 = float(self.sigma.detach()) ** 2
+        n = normalized_adjacency.shape[0]
+        system = sp.identity(n, format="csc") * (1 + s2) - s2 * sp.csc_matrix(normalized_adjacency)
+        factor = splu(system.tocsc())
+        result = np.asarray(block, dtype=np.float64)
+        for _ in range(int(self.degree)):
+            result = factor.solve(result)
+        return result
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {"sigma": _value(self.sigma), "degree": self.degree}
+
+
+class PStepRandomWalk(GraphKernelSeries):
+    r""":math:`p`-step random walk kernel :math:`(\alpha\mathbf I - \widetilde{\mathbf L})^p = ((\alpha - 1)\mathbf I + \widetilde{\mathbf W})^p`, :math:`\alpha \ge 2`.
+
+    .. math::
+
+        \alpha_k = \binom{p}{k} a^{p-k}, \qquad f(t) = \binom{p/2}{t} a^{p/2 - t},
+        \qquad a = \alpha - 1,
+
+    (generalised binomial coefficients; the modulation is an infinite series for odd
+    :math:`p`, convergent because :math:`|\lambda| \le 1 \le a`).
+
+    :param alpha: Initial :math:`\alpha \ge 2`.
+    :param steps: The integer power :math:`p \ge 1` (fixed).
+    :param alpha_prior: Optional prior on :math:`\alpha`.
+    :param alpha_constraint: Constraint (default ``GreaterThan(2)``).
+    :param batch_shape: Hyperparameter batch shape.
+    """
+
+    def __init__(self, alpha: float = 2.0, steps: int = 2, *, alpha_prior: Prior | None = None,
+                 alpha_constraint: Any = None, batch_shape: torch.Size = torch.Size()) -> None:
+        super().__init__(batch_shape)
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+            raise TypeError(f"steps must be an int, got {type(steps).__name__}")
+        if steps < 1:
+            raise ValueError(f"steps must be >= 1, got {steps}")
+        self.steps = int(steps)
+        if float(alpha) <= 2.0:
+            # gpytorch's GreaterThan is strict; alpha = 2 is a legitimate boundary value.
+            alpha = 2.0 + 1e-6
+        self._positive_parameter("alpha", alpha, alpha_prior, alpha_constraint or GreaterThan(2.0))
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        r""":math:`\alpha`, shape ``(*batch, 1)``."""
+        return self._get_hyper("alpha")
+
+    @alpha.setter
+    def alpha(self, value: Any) -> None:
+        self._set_hyper("alpha", value)
+
+    def _binomial_series(self, num_terms: int, power: float) -> torch.Tensor:
+        a = self.alpha - 1
+        t = _steps(num_terms, a)
+        factors = (power - t[1:] + 1) / t[1:]
+        binomials = torch.cat([torch.ones_like(t[:1]), torch.cumprod(factors, dim=0)])
+        return binomials * a ** (power - t)
+
+    def coefficients(self, num_terms: int) -> torch.Tensor:
+        return self._binomial_series(num_terms, float(self.steps))
+
+    def modulation(self, num_terms: int) -> torch.Tensor:
+        return self._binomial_series(num_terms, self.steps / 2)
+
+    def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
+        return (self.alpha - 1 + eigenvalues) ** self.steps
+
+    def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
+        self._require_unbatched()
+        a = float(self.alpha.detach()) - 1
+        result = np.asarray(block, dtype=np.float64)
+        for _ in range(self.steps):
+            result = a * result + normalized_adjacency @ result
+        return result
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {"alpha": _value(self.alpha), "steps": self.steps}
+
+
+class InverseCosine(GraphKernelSeries):
+    r"""Inverse cosine kernel :math:`\cos(\beta\widetilde{\mathbf L})` (tab:taylor_expansions uses :math:`\beta = \pi/4`).
+
+    :math:`\cos(\beta\widetilde{\mathbf L}) = \mathrm{Re}\,[e^{i\beta}\exp(-i\beta\widetilde{\mathbf W})]`, so
+
+    .. math::
+
+        \alpha_k = \frac{\beta^k}{k!}\cos(\beta - k\pi/2).
+
+    The kernel is positive semi-definite for :math:`0 < \beta \le \pi/4` (the spectrum of
+    :math:`\widetilde{\mathbf L}` lies in :math:`[0, 2]`); :math:`f` is the numerical
+    convolutional square root.
+
+    :param beta: Fixed :math:`\beta \in (0, \pi/4]`.
+    """
+
+    def __init__(self, beta: float = math.pi / 4, *, batch_shape: torch.Size = torch.Size()) -> None:
+        super().__init__(batch_shape)
+        if not (0 < float(beta) <= math.pi / 4 + 1e-15):
+            raise ValueError(f"beta must lie in (0, pi/4] for a PSD kernel, got {beta}")
+        self.beta = float(beta)
+        # A buffer, so that .double()/.to() choose the dtype the series is computed in.
+        self.register_buffer("beta_value", torch.tensor(self.beta, dtype=torch.get_default_dtype()))
+
+    def coefficients(self, num_terms: int) -> torch.Tensor:
+        beta = self.beta_value
+        t = _steps(num_terms, beta)
+        alpha = torch.exp(torch.xlogy(t, beta) - torch.lgamma(t + 1)) * torch.cos(beta - t * math.pi / 2)
+        return alpha.expand(*self.batch_shape, -1)
+
+    def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
+        return torch.cos(self.beta_value * (1 - eigenvalues)).expand(*self.batch_shape, -1)
+
+    def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
+        from scipy.sparse.linalg import expm_multiply
+
+        self._require_unbatched()
+        rotated = expm_multiply(-1j * self.beta * sp.csr_matrix(normalized_adjacency, dtype=complex),
+                                np.asarray(block, dtype=complex))
+        return np.real(np.exp(1j * self.beta) * rotated)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {"beta": self.beta}
+
+
+class PowerSeries(GraphKernelSeries):
+    r"""Any kernel :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` from its coefficients.
+
+    Coefficients beyond those given are zero. :math:`\alpha_0` must be positive; for a
+    positive semi-definite kernel :math:`\sum_k \alpha_k \lambda^k \ge 0` must hold on
+    :math:`[-1, 1]` (not checked).
+
+    :param coefficients: :math:`\alpha_0, \alpha_1, \dots` (1-D).
+    :param learnable: Make the coefficients a trainable parameter.
+    """
+
+    def __init__(self, coefficients: Any, *, learnable: bool = False) -> None:
+        super().__init__()
+        alpha = torch.as_tensor(coefficients, dtype=torch.get_default_dtype()).clone()
+        if alpha.ndim != 1 or alpha.numel() == 0:
+            raise ValueError(f"coefficients must be a non-empty 1-D sequence, got shape {tuple(alpha.shape)}")
+        if not torch.all(torch.isfinite(alpha)):
+            raise ValueError("coefficients must be finite")
+        if alpha[0] <= 0:
+            raise ValueError(f"the zeroth coefficient must be positive, got {float(alpha[0])}")
+        if learnable:
+            self.register_parameter("series_coefficients", torch.nn.Parameter(alpha))
+        else:
+            self.register_buffer("series_coefficients", alpha)
+
+    def coefficients(self, num_terms: int) -> torch.Tensor:
+        num_terms = _check_terms(num_terms)
+        alpha = self.series_coefficients
+        if alpha.numel() >= num_terms:
+            return alpha[:num_terms]
+        return torch.cat([alpha, alpha.new_zeros(num_terms - alpha.numel())])
+
+    def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
+        result = torch.zeros_like(eigenvalues) + self.series_coefficients[-1]
+        for coefficient in self.series_coefficients.flip(0)[1:]:
+            result = result * eigenvalues + coefficient
+        return result
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {"coefficients": self.series_coefficients.detach().tolist()}
+
+
+_FAMILIES: dict[str, type[GraphKernelSeries]] = {
+    "diffusion": Diffusion,
+    "regularised-laplacian": RegularisedLaplacian,
+    "regularized-laplacian": RegularisedLaplacian,
+    "p-step": PStepRandomWalk,
+    "inverse-cosine": InverseCosine,
+}
+
+
+def get_graph_kernel(kernel: str | GraphKernelSeries, **hyperparameters: Any) -> GraphKernelSeries:
+    """Resolve a kernel name (``diffusion``, ``regularised-laplacian``, ``p-step``, ``inverse-cosine``) to an instance."""
+    if isinstance(kernel, GraphKernelSeries):
+        if hyperparameters:
+            raise ValueError("hyperparameters can only be given with a kernel name")
+        return kernel
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a name or GraphKernelSeries, got {type(kernel).__name__}")
+    if kernel not in _FAMILIES:
+        raise ValueError(f"unknown graph kernel {kernel!r}; choose from {sorted(set(_FAMILIES))}")
+    return _FAMILIES[kernel](**hyperparameters)

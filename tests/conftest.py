@@ -1,0 +1,26 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_DEFAULT_DATA = REPO_ROOT.parent / "shared" / "datasets"
+
+
+def shared_data_dir() -> Path | None:
+    """``$GP_COUPLE_DATA`` if set, else ``../shared/datasets`` beside the repo, if present."""
+    candidate = Path(os.environ.get("GP_COUPLE_DATA", _DEFAULT_DATA))
+    return candidate if candidate.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """Directory of the real datasets; tests that need it skip when it is absent."""
+    path = shared_data_dir()
+    if path is None:
+        pytest.skip(f"dataset directory not found (set GP_COUPLE_DATA or provide {_DEFAULT_DATA})")
+    return path

@@ -1,0 +1,207 @@
+"""Tests for walk-length couplings: geometric marginals, joint laws, serialisation, errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from gp_couple.couplings import (
+    AntitheticTermination,
+    IIDLengths,
+    PairedWalkLengthCoupling,
+    SigmaCoupling,
+    WalkLengthCoupling,
+    coupling_from_dict,
+    geometric_quantile,
+    get_walk_length_coupling,
+)
+from tests.stats import assert_geometric
+
+P_HALTS = (0.1, 0.3, 0.5, 0.7)
+
+
+class QuantileMirror(PairedWalkLengthCoupling):
+    """The worked example of the module docstring: u2 = 1 - u1."""
+
+    name = "quantile-mirror"
+
+    def sample_pairs(self, num_pairs, p_halt, rng):
+        u1 = rng.random(num_pairs)
+        return geometric_quantile(u1, p_halt), geometric_quantile(1.0 - u1, p_halt)
+
+
+def random_sigma(order: int = 20, seed: int = 3) -> SigmaCoupling:
+    return SigmaCoupling(np.random.default_rng(seed).permutation(order))
+
+
+COUPLINGS = [IIDLengths(), AntitheticTermination(), random_sigma(), SigmaCoupling.identity(7),
+             QuantileMirror()]
+
+
+class WalkLengthCouplingContract:
+    """Reusable checks every walk-length coupling must pass (subclass and set ``coupling``)."""
+
+    coupling: WalkLengthCoupling
+
+    @pytest.mark.parametrize("p_halt", P_HALTS)
+    def test_every_walker_is_geometric(self, p_halt: float) -> None:
+        lengths = self.coupling.sample_lengths(20_000, 4, p_halt, seed=11)
+        assert lengths.shape == (20_000, 4) and lengths.dtype == np.int64
+        for walker in range(4):
+            assert_geometric(lengths[:, walker], p_halt)
+
+    def test_deterministic_under_seed(self) -> None:
+        first = self.coupling.sample_lengths(50, 4, 0.3, seed=5)
+        np.testing.assert_array_equal(first, self.coupling.sample_lengths(50, 4, 0.3, seed=5))
+        assert not np.array_equal(first, self.coupling.sample_lengths(50, 4, 0.3, seed=6))
+
+    def test_nodes_are_independent(self) -> None:
+        lengths = self.coupling.sample_lengths(20_000, 2, 0.3, seed=2)
+        # Walker 0 of node r against walker 0 of node r + 1.
+        rho = stats.spearmanr(lengths[:-1:2, 0], lengths[1::2, 0]).statistic
+        assert abs(rho) < 5 / math.sqrt(10_000)
+
+
+@pytest.mark.parametrize("coupling", COUPLINGS, ids=lambda c: c.name)
+class TestEveryCoupling(WalkLengthCouplingContract):
+    @pytest.fixture(autouse=True)
+    def _set(self, coupling: WalkLengthCoupling) -> None:
+        self.coupling = coupling
+
+
+class TestAntithetic:
+    @staticmethod
+    def stepwise_reference(num_pairs: int, p_halt: float, rng: np.random.Generator) -> np.ndarray:
+        """The paper's description (app:antithetic_term): shared uniforms, one step at a time."""
+        lengths = np.zeros((num_pairs, 2), dtype=np.int64)
+        alive = np.ones((num_pairs, 2), dtype=bool)
+        while alive.any():
+            u = rng.random(num_pairs)
+            halts = np.stack([u < p_halt, np.mod(u + 0.5, 1.0) < p_halt], axis=1)
+            stop = alive & halts
+            alive &= ~stop
+            lengths += alive
+        return lengths
+
+    @pytest.mark.parametrize("p_halt", [0.2, 0.5, 0.8])
+    def test_joint_law_matches_stepwise_simulation(self, p_halt: float) -> None:
+        pairs = 40_000
+        fast = AntitheticTermination().sample_lengths(pairs, 2, p_halt, seed=1)
+        slow = self.stepwise_reference(pairs, p_halt, np.random.default_rng(2))
+        cap = 12
+        table = np.zeros((2, (cap + 1) ** 2))
+        for row, sample in enumerate((fast, slow)):
+            keys = np.minimum(sample[:, 0], cap) * (cap + 1) + np.minimum(sample[:, 1], cap)
+            table[row] = np.bincount(keys, minlength=(cap + 1) ** 2)
+        table = table[:, table.sum(axis=0) >= 10]
+        assert stats.chi2_contingency(table).pvalue > 1e-3
+
+    def test_walkers_never_halt_together_below_one_half(self) -> None:
+        lengths = AntitheticTermination().sample_lengths(10_000, 2, 0.3, seed=0)
+        assert np.all(lengths[:, 0] != lengths[:, 1])
+
+    def test_lengths_are_negatively_correlated(self) -> None:
+        lengths = AntitheticTermination().sample_lengths(20_000, 2, 0.3, seed=0)
+        rho = stats.pearsonr(lengths[:, 0], lengths[:, 1]).statistic
+        assert rho < -5 / math.sqrt(20_000)
+
+
+class TestSigma:
+    def test_pairs_respect_the_permutation(self) -> None:
+        order, p_halt = 8, 0.3
+        coupling = random_sigma(order, seed=1)
+        lengths = coupling.sample_lengths(5_000, 2, p_halt, seed=4)
+
+        def bins(length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            # Quantile interval (F(l - 1), F(l)] of each length, in units of bins.
+            low = (1 - (1 - p_halt) ** length) * order
+            high = (1 - (1 - p_halt) ** (length + 1)) * order
+            return np.floor(low).astype(int), np.minimum(np.ceil(high).astype(int) - 1, order - 1)
+
+        low1, high1 = bins(lengths[:, 0])
+        low2, high2 = bins(lengths[:, 1])
+        for pair in range(len(lengths)):
+            candidates = coupling.permutation[low1[pair]: high1[pair] + 1]
+            assert np.any((candidates >= low2[pair]) & (candidates <= high2[pair]))
+
+    def test_identity_gives_equal_bins_and_reversal_gives_anticorrelation(self) -> None:
+        same = SigmaCoupling.identity(1000).sample_lengths(20_000, 2, 0.3, seed=0)
+        assert np.mean(same[:, 0] == same[:, 1]) > 0.95
+        reverse = SigmaCoupling(np.arange(30)[::-1]).sample_lengths(20_000, 2, 0.3, seed=0)
+        assert stats.spearmanr(reverse[:, 0], reverse[:, 1]).statistic < -0.9
+
+    def test_json_round_trip(self, tmp_path) -> None:
+        coupling = SigmaCoupling([2, 0, 1], p_halt=0.4, metadata={"fit": "test"})
+        path = tmp_path / "sigma.json"
+        coupling.save(path)
+        loaded = SigmaCoupling.load(path)
+        assert loaded == coupling and loaded.p_halt == 0.4 and loaded.metadata == {"fit": "test"}
+        assert coupling_from_dict(json.loads(path.read_text())) == coupling
+
+    def test_warns_when_used_at_another_p_halt(self) -> None:
+        coupling = SigmaCoupling([1, 0], p_halt=0.4)
+        with pytest.warns(UserWarning, match="fitted for p_halt=0.4"):
+            coupling.sample_lengths(3, 2, 0.1, seed=0)
+
+    @pytest.mark.parametrize("permutation, error", [
+        ([0, 0, 1], ValueError), ([1, 2, 3], ValueError), ([], ValueError),
+        ([[0, 1]], ValueError), ([0.5, 1.5], TypeError)])
+    def test_invalid_permutations(self, permutation, error) -> None:
+        with pytest.raises(error):
+            SigmaCoupling(permutation)
+
+    def test_load_errors(self, tmp_path) -> None:
+        with pytest.raises(FileNotFoundError):
+            SigmaCoupling.load(tmp_path / "missing.json")
+        bad = tmp_path / "bad.json"
+        bad.write_text("{not json")
+        with pytest.raises(ValueError, match="not valid JSON"):
+            SigmaCoupling.load(bad)
+        bad.write_text(json.dumps({"type": "iid"}))
+        with pytest.raises(ValueError, match="not a sigma-coupling"):
+            SigmaCoupling.load(bad)
+
+
+class TestErrorsAndRegistry:
+    @pytest.mark.parametrize("coupling", [AntitheticTermination(), random_sigma()], ids=lambda c: c.name)
+    def test_paired_couplings_need_even_walkers(self, coupling) -> None:
+        with pytest.raises(ValueError, match="even"):
+            coupling.sample_lengths(3, 3, 0.5)
+
+    @pytest.mark.parametrize("p_halt", [0.0, 1.0, -0.1, float("nan")])
+    def test_invalid_p_halt(self, p_halt: float) -> None:
+        with pytest.raises(ValueError, match="p_halt"):
+            IIDLengths().sample_lengths(2, 2, p_halt)
+
+    def test_invalid_counts(self) -> None:
+        with pytest.raises(ValueError, match="num_walkers"):
+            IIDLengths().sample_lengths(2, 0, 0.5)
+        with pytest.raises(TypeError, match="num_walkers"):
+            IIDLengths().sample_lengths(2, 2.0, 0.5)
+        with pytest.raises(TypeError, match="p_halt"):
+            IIDLengths().sample_lengths(2, 2, "0.5")
+
+    def test_registry(self) -> None:
+        assert isinstance(get_walk_length_coupling("iid"), IIDLengths)
+        assert isinstance(get_walk_length_coupling("antithetic"), AntitheticTermination)
+        with pytest.raises(ValueError, match="fitted permutation"):
+            get_walk_length_coupling("sigma")
+        with pytest.raises(ValueError, match="unknown"):
+            get_walk_length_coupling("sobol")
+        with pytest.raises(TypeError):
+            get_walk_length_coupling(3)
+        assert coupling_from_dict(AntitheticTermination().to_dict()) == AntitheticTermination()
+        with pytest.raises(ValueError):
+            coupling_from_dict({"type": "nope"})
+
+    def test_geometric_quantile_inverts_the_cdf(self) -> None:
+        p = 0.3
+        cdf = 1 - (1 - p) ** (np.arange(10) + 1)
+        # Just below F(k) maps to k, just above maps to k + 1.
+        np.testing.assert_array_equal(geometric_quantile(cdf - 1e-9, p), np.arange(10))
+        np.testing.assert_array_equal(geometric_quantile(cdf + 1e-9, p), np.arange(10) + 1)
+        assert geometric_quantile(0.0, p) == 0

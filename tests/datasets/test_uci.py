@@ -1,0 +1,77 @@
+"""UCI regression loaders."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gp_couple.datasets import UCI_DATASETS, load_uci
+
+# datasets/uci.md: rows x columns of <name>.csv (target last).
+README_SHAPES = {
+    "concrete": (1030, 9), "abalone": (4177, 11), "cpu": (209, 7), "power": (9568, 5),
+    "airfoil": (1503, 6), "boston": (506, 14), "energy": (768, 9), "yacht": (308, 7),
+    "kin8nm": (8192, 9),
+}
+
+
+def test_signature_is_stable() -> None:
+    parameters = inspect.signature(load_uci).parameters
+    assert list(parameters) == ["name", "data_dir", "verify"]
+    assert parameters["data_dir"].default is None and parameters["verify"].default is True
+    assert set(UCI_DATASETS) == set(README_SHAPES)
+
+
+@pytest.mark.parametrize("name", UCI_DATASETS)
+def test_shapes(data_dir: Path, name: str) -> None:
+    rows, columns = README_SHAPES[name]
+    X, y = load_uci(name, data_dir)
+    assert X.shape == (rows, columns - 1) and y.shape == (rows,)
+    assert X.dtype == y.dtype == np.float64
+    assert np.all(np.isfinite(X)) and np.all(np.isfinite(y))
+    assert X.flags.writeable and X.flags.c_contiguous
+
+
+def test_target_is_last_column(data_dir: Path) -> None:
+    X, y = load_uci("cpu", data_dir)
+    assert X.shape[1] == 6  # MYCT..CHMAX; vendor, model and ERP are not inputs
+    assert tuple(X[0]) == (125, 256, 6000, 256, 16, 128) and y[0] == 198
+    X, y = load_uci("abalone", data_dir)
+    assert np.all(X[:, :3].sum(axis=1) == 1)  # one-hot sex
+    assert y[0] == 15
+
+
+def test_aliases_and_case(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for alias, name in [("machine_cpu", "cpu"), ("power_plant", "power"), ("Boston_Housing", "boston")]:
+        assert np.array_equal(load_uci(alias, data_dir)[1], load_uci(name, data_dir)[1])
+    monkeypatch.setenv("GP_COUPLE_DATA", str(data_dir))
+    assert load_uci("yacht")[0].shape == (308, 6)
+
+
+def test_checksum_mismatch(corrupted_copy) -> None:
+    copy_dir = corrupted_copy("uci/concrete/concrete.csv")
+    with pytest.raises(ValueError, match=r"checksum mismatch for uci/concrete/concrete\.csv"):
+        load_uci("concrete", copy_dir)
+    X, _ = load_uci("concrete", copy_dir, verify=False)  # still parses: only a digit changed
+    assert X.shape == (1030, 8)
+
+
+def test_wrong_shape_without_verification(tmp_path: Path) -> None:
+    (tmp_path / "uci" / "yacht").mkdir(parents=True)
+    (tmp_path / "uci" / "yacht" / "yacht.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match=r"has shape \(1, 2\), expected \(308, 7\)"):
+        load_uci("yacht", tmp_path, verify=False)
+
+
+def test_errors(tmp_path: Path, no_env_data: None) -> None:
+    with pytest.raises(ValueError, match=r"unknown UCI dataset 'wine'.*concrete"):
+        load_uci("wine", tmp_path)
+    with pytest.raises(TypeError, match="name"):
+        load_uci(3)  # type: ignore[arg-type]
+    with pytest.raises(FileNotFoundError, match=r"uci/kin8nm/kin8nm\.csv"):
+        load_uci("kin8nm", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"data_dir.*GP_COUPLE_DATA"):
+        load_uci("kin8nm")

@@ -1,0 +1,101 @@
+"""Tests for the evaluators: Gram error, RMSE, NLPD, GP posteriors and Gaussian KL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from scipy import stats
+
+from gp_couple.evaluation import (
+    gaussian_kl,
+    gp_posterior,
+    nlpd,
+    posterior_kl,
+    relative_frobenius_error,
+    rmse,
+)
+from gp_couple.evaluation.posterior import gp_posterior_from_blocks, stable_cholesky
+
+
+def random_spd(n: int, seed: int) -> np.ndarray:
+    a = np.random.default_rng(seed).normal(size=(n, n))
+    return a @ a.T + n * np.eye(n)
+
+
+def test_point_metrics() -> None:
+    k = np.eye(3)
+    assert relative_frobenius_error(k, 2 * k) == pytest.approx(1.0)
+    assert relative_frobenius_error(torch.eye(3), sp.eye(3)) == 0.0
+    assert rmse([1.0, 2.0], [1.0, 4.0]) == pytest.approx(np.sqrt(2.0))
+    mean, var, y = np.array([0.0, 1.0]), np.array([1.0, 4.0]), np.array([0.5, -1.0])
+    assert nlpd(mean, var, y) == pytest.approx(-stats.norm.logpdf(y, mean, np.sqrt(var)).mean())
+
+
+def test_gp_posterior_matches_textbook_formulas() -> None:
+    gram = random_spd(6, 0)
+    train, test = np.array([0, 2, 3, 5]), np.array([1, 4])
+    y = np.array([0.3, -1.0, 0.5, 2.0])
+    noise = 0.1
+    post = gp_posterior(gram, train, test, y, noise)
+    inverse = np.linalg.inv(gram[np.ix_(train, train)] + noise * np.eye(4))
+    np.testing.assert_allclose(post.mean, gram[np.ix_(test, train)] @ inverse @ y)
+    covariance = (gram[np.ix_(test, test)] - gram[np.ix_(test, train)] @ inverse @ gram[np.ix_(train, test)])
+    np.testing.assert_allclose(post.covariance, covariance + noise * np.eye(2))
+    latent = gp_posterior(gram, train, test, y, noise, include_noise=False)
+    np.testing.assert_allclose(latent.covariance, covariance)
+    np.testing.assert_allclose(post.variance, np.diag(post.covariance))
+
+
+def test_gaussian_kl() -> None:
+    assert gaussian_kl([0.0], [[1.0]], [1.0], [[4.0]]) == pytest.approx(
+        np.log(2.0) + (1.0 + 1.0) / 8.0 - 0.5)
+    cov = random_spd(5, 1)
+    mean = np.arange(5.0)
+    assert gaussian_kl(mean, cov, mean, cov) == pytest.approx(0.0, abs=1e-10)
+    other = random_spd(5, 2)
+    assert gaussian_kl(mean, cov, mean + 0.1, other) > 0
+    # Monte Carlo check of the direction: KL(p || q) = E_p[log p - log q].
+    samples = stats.multivariate_normal(mean, cov).rvs(200_000, random_state=0)
+    log_ratio = (stats.multivariate_normal(mean, cov).logpdf(samples)
+                 - stats.multivariate_normal(mean + 0.1, other).logpdf(samples))
+    assert gaussian_kl(mean, cov, mean + 0.1, other) == pytest.approx(
+        log_ratio.mean(), abs=5 * log_ratio.std() / np.sqrt(len(log_ratio)))
+
+
+def test_posterior_kl_direction() -> None:
+    gram = random_spd(5, 3)
+    exact = gp_posterior(gram, np.arange(3), np.array([3, 4]), [1.0, 0.0, -1.0], 0.2)
+    approx = gp_posterior(gram * 1.5, np.arange(3), np.array([3, 4]), [1.0, 0.0, -1.0], 0.2)
+    assert posterior_kl(exact, approx) == pytest.approx(
+        gaussian_kl(exact.mean, exact.covariance, approx.mean, approx.covariance))
+    assert posterior_kl(exact, exact) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_jitter_for_semidefinite_covariances() -> None:
+    singular = np.ones((3, 3))
+    with pytest.warns(RuntimeWarning, match="jitter"):
+        factor, jitter = stable_cholesky(singular)
+    assert jitter > 0 and np.all(np.isfinite(factor))
+    with pytest.raises(ValueError, match="not positive definite"):
+        stable_cholesky(-np.eye(3))
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: relative_frobenius_error(np.eye(2), np.eye(3)), ValueError, "shapes"),
+    (lambda: relative_frobenius_error(np.zeros((2, 2)), np.eye(2)), ValueError, "zero"),
+    (lambda: rmse([], []), ValueError, "zero points"),
+    (lambda: rmse(["a"], ["b"]), TypeError, "numeric"),
+    (lambda: nlpd([0.0], [0.0], [0.0]), ValueError, "positive"),
+    (lambda: nlpd([0.0], [1.0, 2.0], [0.0]), ValueError, "shapes"),
+    (lambda: gp_posterior(np.eye(3), [0], [1], [np.nan], 0.1), ValueError, "NaN"),
+    (lambda: gp_posterior(np.eye(3), [0], [5], [1.0], 0.1), ValueError, "test_index"),
+    (lambda: gp_posterior(np.eye(3), [0.5], [1], [1.0], 0.1), TypeError, "train_index"),
+    (lambda: gp_posterior(np.eye(3), [0], [1], [1.0], 0.0), ValueError, "noise_variance"),
+    (lambda: gp_posterior_from_blocks(np.eye(2), np.eye(2), np.eye(2), [1.0], 0.1), ValueError, "shapes"),
+    (lambda: gaussian_kl([0.0], [[1.0]], [0.0, 1.0], np.eye(2)), ValueError, "shapes"),
+])
+def test_errors(call, error, message) -> None:
+    with pytest.raises(error, match=message):
+        call()

@@ -1,0 +1,127 @@
+"""Tests for GraphRandomFeatures: coalescing, differentiable rebuilds, serialisation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gp_couple.couplings import AntitheticTermination
+from gp_couple.features import grf as grf_module
+from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.walks import sample_walks
+from gp_couple.graphs import grid_graph
+from gp_couple.modulation import Diffusion, RegularisedLaplacian
+from tests.test_graphs import two_components_and_isolated
+
+
+def assert_same(a: GraphRandomFeatures, b: GraphRandomFeatures) -> None:
+    assert a.num_nodes == b.num_nodes and a.num_steps == b.num_steps
+    for name, tensor in a.tensors().items():
+        assert torch.equal(tensor, b.tensors()[name]), name
+
+
+def test_fused_build_equals_coalescing_raw_walks() -> None:
+    graph = two_components_and_isolated()
+    raw = sample_walks(graph, 6, 0.3, AntitheticTermination(), seed=4)
+    columns_before = raw.columns.copy()
+    assert_same(GraphRandomFeatures.from_walk_steps(raw, dtype=torch.float64),
+                GraphRandomFeatures.sample(graph, 6, 0.3, AntitheticTermination(), seed=4,
+                                           dtype=torch.float64))
+    np.testing.assert_array_equal(raw.columns, columns_before)  # input left unchanged
+
+
+def test_feature_matrix_equals_raw_decomposition() -> None:
+    graph = grid_graph(7, 7)
+    raw = sample_walks(graph, 5, 0.2, seed=1)
+    features = GraphRandomFeatures.from_walk_steps(raw, dtype=torch.float64)
+    f = torch.linspace(1.0, 0.1, features.num_steps, dtype=torch.float64)
+    np.testing.assert_allclose(features.feature_matrix(f).to_dense().numpy(),
+                               raw.feature_matrix(f.numpy()).toarray(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(features.scipy_feature_matrix(f).toarray(),
+                               raw.feature_matrix(f.numpy()).toarray(), rtol=1e-12, atol=1e-14)
+    # Distinct sorted columns per row, and the step matrix sums the raw entries per step.
+    rows = features.row_pointer.numpy()
+    columns = features.columns.numpy()
+    for r in range(features.num_rows):
+        assert np.all(np.diff(columns[rows[r]: rows[r + 1]]) > 0)
+    assert features.num_entries <= raw.num_entries
+    np.testing.assert_allclose(features.weights.sum().item(), raw.weights.sum(), rtol=1e-12)
+
+
+def test_chunked_build_equals_single_chunk(monkeypatch) -> None:
+    graph = grid_graph(12, 12)
+    whole = GraphRandomFeatures.sample(graph, 8, 0.2, seed=2)
+    monkeypatch.setattr(grf_module._Assembler, "CHUNK_ENTRIES", 50)
+    assert_same(whole, GraphRandomFeatures.sample(graph, 8, 0.2, seed=2))
+
+
+def test_values_are_differentiable_in_hyperparameters() -> None:
+    graph = grid_graph(5, 5)
+    features = GraphRandomFeatures.sample(graph, 4, 0.3, seed=0, dtype=torch.float64)
+    kernel = Diffusion(0.9).double()
+
+    def loss() -> torch.Tensor:
+        return (features.values(kernel.modulation(features.num_steps)) ** 2).sum()
+
+    value = loss()
+    value.backward()
+    analytic = kernel.raw_gamma.grad.item()
+    eps = 1e-6
+    with torch.no_grad():
+        kernel.raw_gamma += eps
+        up = loss().item()
+        kernel.raw_gamma -= 2 * eps
+        down = loss().item()
+    assert analytic == pytest.approx((up - down) / (2 * eps), rel=1e-6)
+
+
+def test_batched_modulation() -> None:
+    graph = grid_graph(4, 4)
+    features = GraphRandomFeatures.sample(graph, 4, 0.3, seed=0, dtype=torch.float64)
+    kernel = RegularisedLaplacian(torch.tensor([[0.5], [1.0], [2.0]]), batch_shape=torch.Size([3])).double()
+    f = kernel.modulation(features.num_steps + 3)
+    values = features.values(f)
+    assert values.shape == (3, features.nnz)
+    for b in range(3):
+        torch.testing.assert_close(values[b], features.values(f[b]))
+
+
+def test_tensors_round_trip_and_dtypes() -> None:
+    graph = grid_graph(4, 4)
+    features = GraphRandomFeatures.sample(graph, 4, 0.3, seed=0, dtype=torch.float32)
+    assert features.dtype == torch.float32 and features.nbytes() > 0
+    rebuilt = GraphRandomFeatures.from_tensors(features.tensors(), graph.num_nodes)
+    assert_same(features, rebuilt)
+    broken = dict(features.tensors(), steps=features.steps[:-1])
+    with pytest.raises(ValueError, match="steps and weights"):
+        GraphRandomFeatures.from_tensors(broken, graph.num_nodes)
+    with pytest.raises(ValueError, match="missing"):
+        GraphRandomFeatures.from_tensors({"weights": features.weights}, graph.num_nodes)
+
+
+def test_start_node_subset_rows_match_full_build() -> None:
+    graph = grid_graph(6, 6)
+    full = GraphRandomFeatures.sample(graph, 4, 0.3, seed=5, dtype=torch.float64)
+    subset = GraphRandomFeatures.sample(graph, 4, 0.3, seed=5, start_nodes=[3, 20],
+                                        dtype=torch.float64)
+    f = torch.ones(max(full.num_steps, subset.num_steps), dtype=torch.float64)
+    # Lengths are drawn per row, so a subset has its own lengths; the pattern of each
+    # row is still a valid feature row of that node.
+    assert subset.num_rows == 2 and subset.start_nodes.tolist() == [3, 20]
+    assert subset.feature_matrix(f).to_dense()[0, 3] >= 1.0
+
+
+def test_bad_inputs() -> None:
+    graph = grid_graph(3, 3)
+    features = GraphRandomFeatures.sample(graph, 2, 0.3, seed=0)
+    with pytest.raises(ValueError, match="terms"):
+        features.values(torch.ones(0))
+    with pytest.raises(TypeError, match="tensor"):
+        features.values([1.0, 2.0])
+    with pytest.raises(ValueError, match="unbatched"):
+        features.feature_matrix(torch.ones(2, features.num_steps))
+    with pytest.raises(TypeError, match="dtype"):
+        GraphRandomFeatures.sample(graph, 2, 0.3, dtype=torch.int64)
+    with pytest.raises(TypeError, match="WalkSteps"):
+        GraphRandomFeatures.from_walk_steps("walks")

@@ -1,0 +1,187 @@
+"""Tests for gp_couple.graphs: builders, validation and normalised operators."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+import trimesh
+
+from gp_couple.graphs import Graph, grid_graph, icosphere_graph
+
+
+def two_components_and_isolated() -> Graph:
+    """Path 0-1-2 (weighted), triangle 3-4-5, isolated node 6."""
+    edges = np.array([[0, 1], [1, 2], [3, 4], [4, 5], [3, 5]])
+    return Graph.from_edges(edges, weights=[1.0, 2.0, 1.0, 0.5, 3.0], num_nodes=7)
+
+
+class TestBuilders:
+    def test_all_builders_agree(self) -> None:
+        nx_graph = nx.Graph()
+        nx_graph.add_nodes_from(range(7))
+        nx_graph.add_weighted_edges_from([(0, 1, 1.0), (1, 2, 2.0), (3, 4, 1.0), (4, 5, 0.5), (3, 5, 3.0)])
+        reference = two_components_and_isolated()
+        from_nx = Graph.from_networkx(nx_graph)
+        from_scipy = Graph.from_scipy(nx.to_scipy_sparse_array(nx_graph, nodelist=range(7)))
+        from_dense = Graph(nx.to_numpy_array(nx_graph, nodelist=range(7)))
+        from_torch = Graph(torch.tensor(nx.to_numpy_array(nx_graph, nodelist=range(7))))
+        for graph in (from_nx, from_scipy, from_dense, from_torch):
+            assert graph == reference
+            np.testing.assert_array_equal(graph.indptr, reference.indptr)
+            np.testing.assert_array_equal(graph.weights, reference.weights)
+
+    def test_duplicate_edges_and_multigraph_weights_sum(self) -> None:
+        graph = Graph.from_edges([[0, 1], [1, 0], [1, 2]], weights=[1.0, 2.0, 1.0])
+        assert graph.adjacency[0, 1] == 3.0 and graph.num_edges == 2
+        multi = nx.MultiGraph([(0, 1), (0, 1), (1, 2)])
+        assert Graph.from_networkx(multi).adjacency[0, 1] == 2.0
+
+    def test_unweighted_networkx_and_nodelist(self) -> None:
+        graph = Graph.from_networkx(nx.Graph([("a", "b", {"weight": 5.0}), ("b", "c")]),
+                                    weight=None, nodelist=["c", "b", "a"])
+        np.testing.assert_array_equal(graph.adjacency.toarray(), [[0, 1, 0], [1, 0, 1], [0, 1, 0]])
+
+    def test_directed_graph_needs_explicit_symmetrisation(self) -> None:
+        directed = nx.DiGraph([(0, 1), (1, 2)])
+        with pytest.raises(ValueError, match="directed"):
+            Graph.from_networkx(directed)
+        graph = Graph.from_networkx(directed, symmetrize=True)
+        assert graph.num_edges == 2 and graph.adjacency[1, 0] == 1.0
+
+    def test_scipy_symmetrize_uses_maximum(self) -> None:
+        matrix = sp.csr_matrix(np.array([[0, 2.0], [0.5, 0]]))
+        with pytest.raises(ValueError, match="not symmetric"):
+            Graph.from_scipy(matrix)
+        assert Graph.from_scipy(matrix, symmetrize=True).adjacency[1, 0] == 2.0
+
+    def test_trimesh_faces_and_vertices(self) -> None:
+        mesh = trimesh.creation.icosphere(subdivisions=1)
+        faces = Graph.from_trimesh(mesh)
+        assert faces.num_nodes == 80 and np.all(faces.degrees == 3) and np.all(faces.weights == 1.0)
+        vertices = Graph.from_trimesh(mesh, nodes="vertices")
+        assert vertices.num_nodes == 42 and vertices.num_edges == 120
+        with pytest.raises(ValueError, match="faces"):
+            Graph.from_trimesh(mesh, nodes="edges")
+        with pytest.raises(TypeError):
+            Graph.from_trimesh("not a mesh")
+
+    def test_trimesh_duplicate_face_pairs_are_one_unweighted_edge(self) -> None:
+        mesh = trimesh.creation.box()
+        doubled = trimesh.Trimesh(mesh.vertices, np.vstack([mesh.faces, mesh.faces[:, ::-1]]), process=False)
+        graph = Graph.from_trimesh(doubled)
+        assert np.all(graph.weights == 1.0)
+
+    def test_procedural_graphs(self) -> None:
+        grid = grid_graph(3, 4)
+        assert grid.num_nodes == 12 and grid.num_edges == 17
+        assert sorted(np.unique(grid.degrees)) == [2, 3, 4]
+        assert icosphere_graph(2).num_nodes == 320
+        with pytest.raises(ValueError):
+            grid_graph(0, 3)
+
+
+class TestValidation:
+    @pytest.mark.parametrize("matrix, message", [
+        (np.ones((2, 3)), "square"),
+        (np.array([[0, 1.0], [2.0, 0]]), "not symmetric"),
+        (np.array([[0, -1.0], [-1.0, 0]]), "negative"),
+        (np.array([[0, np.nan], [np.nan, 0]]), "NaN"),
+        (np.array([[0, np.inf], [np.inf, 0]]), "infinite"),
+        (np.zeros((0, 0)), "empty"),
+        (np.ones(3), "2-D"),
+    ])
+    def test_bad_matrices(self, matrix: np.ndarray, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            Graph(matrix)
+
+    def test_bad_types(self) -> None:
+        with pytest.raises(TypeError):
+            Graph("adjacency")
+        with pytest.raises(TypeError):
+            Graph(np.array([["a", "b"], ["b", "a"]]))
+        with pytest.raises(TypeError):
+            Graph.from_networkx(np.eye(2))
+
+    def test_empty_networkx_graph(self) -> None:
+        with pytest.raises(ValueError, match="no nodes"):
+            Graph.from_networkx(nx.Graph())
+
+    def test_self_loop_policies(self) -> None:
+        matrix = np.array([[1.0, 1.0], [1.0, 0.0]])
+        with pytest.raises(ValueError, match="self-loop"):
+            Graph(matrix)
+        assert Graph(matrix, self_loops="drop").adjacency[0, 0] == 0
+        kept = Graph(matrix, self_loops="keep")
+        assert kept.adjacency[0, 0] == 1.0 and kept.num_edges == 2
+        with pytest.raises(ValueError, match="self_loops"):
+            Graph(matrix, self_loops="ignore")
+        assert Graph.from_edges([[0, 0], [0, 1]], self_loops="keep").adjacency[0, 0] == 1.0
+
+    def test_edge_list_errors(self) -> None:
+        with pytest.raises(ValueError, match=r"\(E, 2\)"):
+            Graph.from_edges([[0, 1, 2]])
+        with pytest.raises(ValueError, match="negative"):
+            Graph.from_edges([[0, -1]])
+        with pytest.raises(ValueError, match="num_nodes"):
+            Graph.from_edges([[0, 5]], num_nodes=3)
+        with pytest.raises(ValueError, match="weights"):
+            Graph.from_edges([[0, 1]], weights=[1.0, 2.0])
+        with pytest.raises(TypeError, match="integer"):
+            Graph.from_edges([[0.5, 1.0]])
+        with pytest.raises(ValueError, match="negative"):
+            Graph.from_edges([[0, 1]], weights=[-1.0])
+
+    def test_zero_weights_are_not_edges(self) -> None:
+        graph = Graph(np.array([[0, 0.0, 1], [0, 0, 0], [1, 0, 0]]))
+        assert graph.num_edges == 1 and graph.degrees.tolist() == [1, 0, 1]
+
+
+class TestNormalisedOperators:
+    def test_normalised_adjacency_and_laplacian(self) -> None:
+        graph = two_components_and_isolated()
+        w = graph.adjacency.toarray()
+        d = w.sum(axis=1)
+        inv = np.where(d > 0, 1 / np.sqrt(np.where(d > 0, d, 1)), 0.0)
+        expected = inv[:, None] * w * inv[None, :]
+        np.testing.assert_allclose(graph.normalized_adjacency().toarray(), expected)
+        np.testing.assert_allclose(graph.normalized_laplacian().toarray(), np.eye(7) - expected)
+        assert graph.normalized_laplacian()[6, 6] == 1.0
+        eigenvalues = np.linalg.eigvalsh(expected)
+        assert eigenvalues.min() >= -1 - 1e-12 and eigenvalues.max() <= 1 + 1e-12
+
+    def test_degrees(self) -> None:
+        graph = two_components_and_isolated()
+        assert graph.degrees.tolist() == [1, 2, 1, 2, 2, 2, 0]
+        np.testing.assert_allclose(graph.weighted_degrees, [1, 3, 2, 4, 1.5, 3.5, 0])
+        assert graph.isolated_nodes.tolist() == [6]
+
+
+class TestStructure:
+    def test_components_and_subgraphs(self) -> None:
+        graph = two_components_and_isolated()
+        count, labels = graph.connected_components()
+        assert count == 3 and len(set(labels[:3])) == 1
+        largest, nodes = graph.largest_component()
+        assert largest.num_nodes == 3 and nodes.tolist() in ([0, 1, 2], [3, 4, 5])
+        sub = graph.subgraph(np.array([5, 3]))
+        assert sub.adjacency[0, 1] == 3.0
+        with pytest.raises(ValueError, match="duplicates"):
+            graph.subgraph(np.array([1, 1]))
+        with pytest.raises(ValueError):
+            graph.subgraph(np.array([9]))
+
+    def test_immutable_and_fingerprint(self) -> None:
+        graph = two_components_and_isolated()
+        with pytest.raises(ValueError):
+            graph.weights[0] = 5.0
+        other = Graph.from_edges([[0, 1]])
+        assert graph != other and graph.fingerprint() != other.fingerprint()
+        assert hash(graph) == hash(two_components_and_isolated())
+        assert "Graph(num_nodes=7" in repr(graph)
+
+    def test_networkx_round_trip(self) -> None:
+        graph = two_components_and_isolated()
+        assert Graph.from_networkx(graph.to_networkx()) == graph
