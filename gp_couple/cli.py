@@ -11,6 +11,12 @@ from typing import Sequence
 EXPERIMENT_MODULES: tuple[str, ...] = (
     "grf_gram",
     "pagerank",
+    "mesh",
+    "traffic",
+    "demo",
+    "kernel_estimation",
+    "attention",
+    "copula",
 )
 
 

@@ -339,6 +339,13 @@ class Graph:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Graph) and self.fingerprint() == other.fingerprint()
 
+    def __copy__(self) -> Graph:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Graph:
+        # Immutable: copies (e.g. Pyro deep-copying a model every step) can share it.
+        return self
+
     def __hash__(self) -> int:
         return hash(self.fingerprint())
 

@@ -199,12 +199,15 @@ class GraphKernelSeries(Module, ABC):
         if not constraint.check(tensor.reshape(-1)):
             raise ValueError(f"{name}={value} violates its constraint {constraint}")
         # initialize() broadcasts into the parameter, or replaces it when a batch of
-        # values (e.g. Pyro samples) has a larger shape.
+        # values (e.g. Pyro samples) has a larger shape; the batch shape follows it.
         self.initialize(**{f"raw_{name}": constraint.inverse_transform(tensor)})
+        self._batch_shape = getattr(self, f"raw_{name}").shape[:-1]
 
 
 _SERIES_TERMS = 400
 _SERIES_TOL = 1e-17
+#: Cap on squared scale hyperparameters (keeps float32 and float64 arithmetic finite).
+_HUGE = 1e30
 
 
 def _check_terms(num_terms: int) -> int:
@@ -254,18 +257,23 @@ class Diffusion(GraphKernelSeries):
     def gamma(self, value: Any) -> None:
         self._set_hyper("gamma", value)
 
+    def _gamma_squared(self) -> torch.Tensor:
+        # Bounded so that samplers probing huge gamma (e.g. NUTS step-size search) get
+        # a vanishing kernel instead of inf - inf = NaN; 1e30 is far past any real value.
+        return (self.gamma**2).clamp(max=_HUGE)
+
     def coefficients(self, num_terms: int) -> torch.Tensor:
-        g2 = self.gamma**2
+        g2 = self._gamma_squared()
         t = _steps(num_terms, g2)
         return torch.exp(-g2 + torch.xlogy(t, g2) - torch.lgamma(t + 1))
 
     def modulation(self, num_terms: int) -> torch.Tensor:
-        half = self.gamma**2 / 2
+        half = self._gamma_squared() / 2
         t = _steps(num_terms, half)
         return torch.exp(-half + torch.xlogy(t, half) - torch.lgamma(t + 1))
 
     def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
-        return torch.exp(-self.gamma**2 * (1 - eigenvalues))
+        return torch.exp(-self._gamma_squared() * (1 - eigenvalues))
 
     def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
         from scipy.sparse.linalg import expm_multiply
@@ -320,7 +328,7 @@ class RegularisedLaplacian(GraphKernelSeries):
 
     def _log_terms(self, num_terms: int, power: float) -> torch.Tensor:
         # log of (1 + s^2)^{-power} * Gamma(k + power) / (Gamma(power) k!) * c^k
-        s2 = self.sigma**2
+        s2 = (self.sigma**2).clamp(max=_HUGE)
         t = _steps(num_terms, s2)
         log_c = torch.log(s2) - torch.log1p(s2)
         return (-power * torch.log1p(s2) + torch.lgamma(t + power) - math.lgamma(power)
@@ -333,7 +341,7 @@ class RegularisedLaplacian(GraphKernelSeries):
         return torch.exp(self._log_terms(num_terms, self.degree / 2))
 
     def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
-        return (1 + self.sigma**2 * (1 - eigenvalues)) ** (-self.degree)
+        return (1 + (self.sigma**2).clamp(max=_HUGE) * (1 - eigenvalues)) ** (-self.degree)
 
     def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
         from scipy.sparse.linalg import splu

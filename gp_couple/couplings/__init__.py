@@ -11,6 +11,26 @@ from .walk_lengths import (
     get_walk_length_coupling,
 )
 
+from .frequencies import (
+    FREQUENCY_COUPLING_NAMES,
+    AntitheticCoupling,
+    FrequencyCoupling,
+    GaussianCopulaCoupling,
+    HaltonCoupling,
+    IIDCoupling,
+    OrthogonalCoupling,
+    OrthogonalNormCoupling,
+    PairwiseNormCoupling,
+    PositiveMonotoneCoupling,
+    SobolCoupling,
+    chi_isf,
+    chi_ppf,
+    chi_quantile,
+    get_frequency_coupling,
+    normal_to_chi,
+    random_orthogonal_matrices,
+)
+
 __all__ = [
     "WalkLengthCoupling",
     "PairedWalkLengthCoupling",
@@ -20,4 +40,21 @@ __all__ = [
     "geometric_quantile",
     "get_walk_length_coupling",
     "coupling_from_dict",
+    "FrequencyCoupling",
+    "IIDCoupling",
+    "HaltonCoupling",
+    "SobolCoupling",
+    "OrthogonalNormCoupling",
+    "OrthogonalCoupling",
+    "PairwiseNormCoupling",
+    "PositiveMonotoneCoupling",
+    "GaussianCopulaCoupling",
+    "AntitheticCoupling",
+    "chi_ppf",
+    "chi_isf",
+    "chi_quantile",
+    "normal_to_chi",
+    "random_orthogonal_matrices",
+    "get_frequency_coupling",
+    "FREQUENCY_COUPLING_NAMES",
 ]

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._arrays import as_float64
 
@@ -13,10 +14,25 @@ from ._arrays import as_float64
 def relative_frobenius_error(exact: Any, estimate: Any) -> float:
     r"""Relative Frobenius error :math:`\|K - \widehat K\|_F / \|K\|_F` (paper, fig:permuton_grf).
 
+    A scipy sparse ``estimate`` (e.g. :math:`\Phi\Phi^\top` of graph random features) is
+    never densified: :math:`\|K - \widehat K\|_F^2 = \|K\|_F^2 - 2\langle K, \widehat K\rangle
+    + \|\widehat K\|_F^2` with the inner product over the stored entries only.
+
     :param exact: Exact Gram matrix (array, tensor, scipy sparse or linear operator).
     :param estimate: Estimated Gram matrix of the same shape.
     """
     k = as_float64(exact, "exact")
+    if sp.issparse(estimate):
+        if k.shape != estimate.shape:
+            raise ValueError(f"shapes differ: exact {k.shape} vs estimate {estimate.shape}")
+        coo = sp.coo_matrix(estimate)
+        coo.sum_duplicates()
+        norm_sq = float(np.sum(k * k))
+        if norm_sq == 0.0:
+            raise ValueError("exact Gram matrix is zero: relative error undefined")
+        cross = float(np.dot(k[coo.row, coo.col], coo.data))
+        squared = max(norm_sq - 2.0 * cross + float(np.dot(coo.data, coo.data)), 0.0)
+        return float(np.sqrt(squared / norm_sq))
     k_hat = as_float64(estimate, "estimate")
     if k.shape != k_hat.shape:
         raise ValueError(f"shapes differ: exact {k.shape} vs estimate {k_hat.shape}")

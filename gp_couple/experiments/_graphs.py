@@ -7,7 +7,6 @@ or ``erdos-renyi:NODES:PROBABILITY[:SEED]``.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from ..graphs import Graph, grid_graph, icosphere_graph
@@ -42,19 +41,3 @@ def resolve_graph(spec: str, data_dir: Any = None, *, largest_component: bool = 
             raise ValueError(f"malformed graph spec {spec!r}: expected {PROCEDURAL_HELP}") from error
         raise
     return graph.largest_component()[0] if largest_component else graph
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    """argparse type: a float strictly between 0 and 1."""
-    value = float(text)
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a probability in (0, 1), got {text}")
-    return value

@@ -11,8 +11,11 @@ from typing import Any, Iterable, Sequence, TextIO
 import numpy as np
 
 
-def summarize(samples: Iterable[float]) -> dict[str, float | int]:
+def summarize(samples: Iterable[float]) -> dict[str, float | int | None]:
     """Mean, standard error of the mean and number of repeats of ``samples``.
+
+    With a single repeat the standard error is ``None`` (``null`` in JSON): it is
+    undefined, and NaN is not valid JSON.
 
     NaNs are an error rather than silently dropped: an experiment that produced one has
     a bug or a numerical failure that must be reported.
@@ -22,8 +25,24 @@ def summarize(samples: Iterable[float]) -> dict[str, float | int]:
         raise ValueError("cannot summarize zero samples")
     if not np.all(np.isfinite(values)):
         raise ValueError(f"non-finite values among samples: {values[~np.isfinite(values)][:5]}")
-    se = float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else float("nan")
+    se = float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else None
     return {"mean": float(values.mean()), "se": se, "n": int(values.size)}
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    """argparse type: a float strictly between 0 and 1."""
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a probability in (0, 1), got {text}")
+    return value
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, repeats: int, seed: int = 0) -> None:
@@ -39,8 +58,8 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 
     def cell(value: Any) -> str:
         if isinstance(value, dict) and "mean" in value:
-            se = value.get("se", float("nan"))
-            return f"{value['mean']:.4g} ± {se:.2g}" if math.isfinite(se) else f"{value['mean']:.4g}"
+            se = value.get("se")
+            return f"{value['mean']:.4g} ± {se:.2g}" if se is not None and math.isfinite(se) else f"{value['mean']:.4g}"
         if isinstance(value, float):
             return f"{value:.4g}"
         return str(value)

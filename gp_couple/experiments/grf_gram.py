@@ -21,10 +21,10 @@ from ..couplings.sigma_fit import fit_sigma_coupling
 from ..couplings.walk_lengths import AntitheticTermination, IIDLengths, WalkLengthCoupling
 from ..evaluation import relative_frobenius_error
 from ..exact import exact_kernel_matrix
-from ..features.grf import GraphRandomFeatures
+from ..features.grf import GraphRandomFeatures, gram_estimate
 from ..modulation import Diffusion, GraphKernelSeries, RegularisedLaplacian
-from ._graphs import PROCEDURAL_HELP, positive_int, probability, resolve_graph
-from ._report import add_common_arguments, emit, summarize
+from ._graphs import PROCEDURAL_HELP, resolve_graph
+from ._report import add_common_arguments, emit, positive_int, probability, summarize
 
 COUPLINGS = ("iid", "antithetic", "sigma")
 KERNELS = ("regularised-laplacian", "diffusion")
@@ -76,15 +76,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     errors = []
                     for repeat in range(args.repeats):
                         seed = np.random.SeedSequence([args.seed, repeat, walkers]).generate_state(1)[0]
-                        features = [GraphRandomFeatures.sample(
+                        sets = [GraphRandomFeatures.sample(
                             graph, walkers, p_halt, coupling, seed=int(seed) + offset,
                             dtype=torch.float64) for offset in range(2 if args.two_sets else 1)]
                         with torch.no_grad():
-                            f = kernel.modulation(max(g.num_steps for g in features)).reshape(-1)
-                        phi = [g.scipy_feature_matrix(f.double()) for g in features]
-                        estimate = phi[0] @ phi[-1].T
-                        if args.two_sets:
-                            estimate = 0.5 * (estimate + estimate.T)
+                            f = kernel.modulation(max(g.num_steps for g in sets)).reshape(-1)
+                        estimate = gram_estimate(sets[0], f.double(), sets[1] if args.two_sets else None)
                         errors.append(relative_frobenius_error(exact, estimate))
                     rows.append({"kernel": kernel_name, "p_halt": p_halt, "walkers": walkers,
                                  "coupling": coupling_name, "error": summarize(errors)})

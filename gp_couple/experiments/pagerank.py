@@ -17,8 +17,8 @@ import numpy as np
 from ..couplings.sigma_fit import fit_pagerank_sigma_coupling
 from ..couplings.walk_lengths import AntitheticTermination, IIDLengths, WalkLengthCoupling
 from ..pagerank import estimate_pagerank, exact_pagerank
-from ._graphs import PROCEDURAL_HELP, positive_int, probability, resolve_graph
-from ._report import add_common_arguments, emit, summarize
+from ._graphs import PROCEDURAL_HELP, resolve_graph
+from ._report import add_common_arguments, emit, positive_int, probability, summarize
 
 COUPLINGS = ("iid", "antithetic", "sigma")
 

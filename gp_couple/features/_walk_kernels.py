@@ -8,8 +8,34 @@ which other start nodes are sampled in the same call.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
+import numba
 import numpy as np
 from numba import njit, prange
+
+#: Below this many walk steps a kernel runs on the calling thread only: waking the
+#: thread pool costs more than the work, and far more when the machine is busy.
+SERIAL_WORK_LIMIT = 1 << 16
+
+
+@contextlib.contextmanager
+def threads_for(work: int) -> Iterator[None]:
+    """Run the kernels called inside on one thread when ``work`` is small.
+
+    ``numba.set_num_threads`` is thread-local, and results do not depend on the thread
+    count (counter-based randomness), so this only changes speed.
+    """
+    if work >= SERIAL_WORK_LIMIT:
+        yield
+        return
+    previous = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -116,31 +142,57 @@ _PACKED_ROW_LIMIT = 1 << 16
 
 
 @njit(cache=True)
-def _coalesce_row(columns, steps, weights, lo, hi):  # pragma: no cover - compiled
+def _coalesce_row(columns, steps, weights, lo, hi, keys, originals):  # pragma: no cover - compiled
     """Sort entries ``lo:hi`` by (column, step), merge equal pairs, compact them to ``lo``.
 
-    Returns (number of merged entries, number of distinct columns).
+    ``keys`` and ``originals`` are the calling thread's scratch (at least
+    ``min(hi - lo, _PACKED_ROW_LIMIT)`` long). Returns (merged entries, distinct columns).
     """
     n = hi - lo
     if n == 0:
         return 0, 0
-    original = weights[lo:hi].copy()
-    if n < _PACKED_ROW_LIMIT:
-        # One uint64 per entry: column (high 32 bits) | step (16) | local index (16);
-        # sorting the values avoids the indirection of an argsort.
-        keys = np.empty(n, dtype=np.uint64)
-        for i in range(n):
-            keys[i] = ((np.uint64(columns[lo + i]) << np.uint64(32))
+    if n >= _PACKED_ROW_LIMIT:
+        return _coalesce_long_row(columns, steps, weights, lo, hi)
+    # One uint64 per entry: column (high 32 bits) | step (16) | local index (16). Sorting
+    # the values in place needs no indirection and no allocation.
+    row_keys = keys[:n]
+    for i in range(n):
+        row_keys[i] = ((np.uint64(columns[lo + i]) << np.uint64(32))
                        | (np.uint64(steps[lo + i]) << np.uint64(16)) | np.uint64(i))
-        keys.sort()
-        order = np.empty(n, dtype=np.int64)
-        for i in range(n):
-            order[i] = np.int64(keys[i] & np.uint64(0xFFFF))
-    else:
-        wide = columns[lo:hi].astype(np.int64) * np.int64(1 << 16) + steps[lo:hi].astype(np.int64)
-        order = np.argsort(wide, kind="mergesort")
+        originals[i] = weights[lo + i]
+    row_keys.sort()
+    out = lo
+    distinct = 0
+    previous_column = -1
+    previous_step = -1
+    for i in range(n):
+        key = row_keys[i]
+        column = np.int64(key >> np.uint64(32))
+        step = np.int64((key >> np.uint64(16)) & np.uint64(0xFFFF))
+        weight = originals[np.int64(key & np.uint64(0xFFFF))]
+        if column == previous_column and step == previous_step:
+            weights[out - 1] += weight
+        else:
+            columns[out] = column
+            steps[out] = step
+            weights[out] = weight
+            out += 1
+            if column != previous_column:
+                distinct += 1
+            previous_column = column
+            previous_step = step
+    return out - lo, distinct
+
+
+@njit(cache=True)
+def _coalesce_long_row(columns, steps, weights, lo, hi):  # pragma: no cover - compiled
+    """:func:`_coalesce_row` for rows too long for packed keys (allocates)."""
+    n = hi - lo
+    order = np.argsort(columns[lo:hi].astype(np.int64) * np.int64(1 << 16)
+                       + steps[lo:hi].astype(np.int64), kind="mergesort")
     sorted_columns = columns[lo:hi][order]
     sorted_steps = steps[lo:hi][order]
+    original = weights[lo:hi].copy()
     out = lo
     distinct = 0
     previous_column = -1
@@ -163,11 +215,23 @@ def _coalesce_row(columns, steps, weights, lo, hi):  # pragma: no cover - compil
     return out - lo, distinct
 
 
+@njit(cache=True)
+def _thread_scratch(indptr):  # pragma: no cover - compiled
+    longest = 1
+    for r in range(indptr.size - 1):
+        longest = max(longest, min(indptr[r + 1] - indptr[r], _PACKED_ROW_LIMIT))
+    threads = numba.config.NUMBA_NUM_THREADS
+    return np.empty((threads, longest), dtype=np.uint64), np.empty((threads, longest), dtype=np.float64)
+
+
 @njit(parallel=True, cache=True)
 def coalesce_rows(indptr, columns, steps, weights, entry_counts, distinct_counts):  # pragma: no cover
     """Coalesce every row of a raw decomposition in place (see :func:`_coalesce_row`)."""
+    keys, originals = _thread_scratch(indptr)
     for r in prange(indptr.size - 1):
-        entries, distinct = _coalesce_row(columns, steps, weights, indptr[r], indptr[r + 1])
+        thread = numba.get_thread_id()
+        entries, distinct = _coalesce_row(columns, steps, weights, indptr[r], indptr[r + 1],
+                                          keys[thread], originals[thread])
         entry_counts[r] = entries
         distinct_counts[r] = distinct
 
@@ -179,6 +243,7 @@ def walk_and_coalesce_rows(indptr, indices, ratios, degrees, starts, lengths, se
     """:func:`walk_rows` followed by :func:`_coalesce_row` on each row while it is in cache."""
     num_rows, num_walkers = lengths.shape
     seed_u = np.uint64(seed)
+    keys, originals = _thread_scratch(raw_indptr)
     for r in prange(num_rows):
         position = raw_indptr[r]
         start = starts[r]
@@ -203,7 +268,9 @@ def walk_and_coalesce_rows(indptr, indices, ratios, degrees, starts, lengths, se
                 steps[position] = t
                 weights[position] = load
                 position += 1
-        entries, distinct = _coalesce_row(columns, steps, weights, raw_indptr[r], raw_indptr[r + 1])
+        thread = numba.get_thread_id()
+        entries, distinct = _coalesce_row(columns, steps, weights, raw_indptr[r], raw_indptr[r + 1],
+                                          keys[thread], originals[thread])
         entry_counts[r] = entries
         distinct_counts[r] = distinct
 

@@ -32,7 +32,7 @@ from . import _walk_kernels as kernels
 from ..couplings.walk_lengths import check_p_halt
 from .walks import WalkSteps, sample_walk_lengths, walk_ratios
 
-__all__ = ["GraphRandomFeatures", "sparse_csr"]
+__all__ = ["GraphRandomFeatures", "sparse_csr", "gram_estimate"]
 
 
 def sparse_csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor,
@@ -90,13 +90,14 @@ class GraphRandomFeatures:
         ratios = walk_ratios(graph)
         # Same key derivation as walk_with_lengths, so both paths walk identically.
         neighbour_key = draw_seed(walk_seed)
-        for lo, hi, raw_indptr, scratch in builder.chunks():
-            entry_counts, distinct_counts = builder.counts(hi - lo)
-            kernels.walk_and_coalesce_rows(
-                graph.indptr, graph.indices, ratios, graph.degrees, starts[lo:hi],
-                lengths[lo:hi], neighbour_key, 1.0 / (1.0 - p), 1.0 / lengths.shape[1], raw_indptr,
-                *scratch, entry_counts, distinct_counts)
-            builder.gather(lo, hi, raw_indptr, scratch, entry_counts, distinct_counts)
+        with kernels.threads_for(int(raw_sizes.sum())):
+            for lo, hi, raw_indptr, scratch in builder.chunks():
+                entry_counts, distinct_counts = builder.counts(hi - lo)
+                kernels.walk_and_coalesce_rows(
+                    graph.indptr, graph.indices, ratios, graph.degrees, starts[lo:hi],
+                    lengths[lo:hi], neighbour_key, 1.0 / (1.0 - p), 1.0 / lengths.shape[1],
+                    raw_indptr, *scratch, entry_counts, distinct_counts)
+                builder.gather(lo, hi, raw_indptr, scratch, entry_counts, distinct_counts)
         return builder.finish()
 
     @classmethod
@@ -109,9 +110,10 @@ class GraphRandomFeatures:
                              walk_steps.columns.dtype, dtype, chunk_entries=None)
         scratch = (walk_steps.columns.copy(), walk_steps.steps.copy(), walk_steps.weights.copy())
         entry_counts, distinct_counts = builder.counts(walk_steps.num_rows)
-        kernels.coalesce_rows(walk_steps.indptr, *scratch, entry_counts, distinct_counts)
-        builder.gather(0, walk_steps.num_rows, walk_steps.indptr, scratch, entry_counts,
-                       distinct_counts)
+        with kernels.threads_for(walk_steps.num_entries):
+            kernels.coalesce_rows(walk_steps.indptr, *scratch, entry_counts, distinct_counts)
+            builder.gather(0, walk_steps.num_rows, walk_steps.indptr, scratch, entry_counts,
+                           distinct_counts)
         return builder.finish()
 
     # ---------------------------------------------------------------- properties
@@ -173,8 +175,9 @@ class GraphRandomFeatures:
         r""":math:`\Phi(f)` as a float64 scipy CSR matrix (detached)."""
         f = torch.as_tensor(modulation).detach().to(torch.float64)
         values = self.values(f).numpy()
+        # copy=True: scipy may sort indices in place, which must not touch these tensors.
         return sp.csr_matrix((values, self.columns.numpy(), self.row_pointer.numpy()),
-                             shape=(self.num_rows, self.num_nodes))
+                             shape=(self.num_rows, self.num_nodes), copy=True)
 
     # ---------------------------------------------------------------- (de)serialisation
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -198,6 +201,29 @@ class GraphRandomFeatures:
             raise ValueError("steps and weights differ in length")
         num_steps = int(tensors["steps"].max()) + 1 if tensors["steps"].numel() else 1
         return cls(num_nodes=int(num_nodes), num_steps=num_steps, **tensors)
+
+
+def gram_estimate(features: GraphRandomFeatures, modulation: Any,
+                  independent: GraphRandomFeatures | None = None) -> sp.csr_matrix:
+    r"""Sparse Gram estimate :math:`\widehat K` from one or two independent feature sets.
+
+    With one set, :math:`\widehat K = \Phi\Phi^\top` (positive semi-definite, unbiased
+    off the diagonal; the diagonal is biased upwards). With an independent second set,
+    :math:`\widehat K = \tfrac12(\Phi_A\Phi_B^\top + \Phi_B\Phi_A^\top)`, unbiased everywhere
+    (the footnote of app:grf_approx) but not necessarily positive semi-definite.
+
+    :param features: Feature set :math:`A`.
+    :param modulation: :math:`f(0), f(1), \dots` (detached; float64 is used).
+    :param independent: Optional feature set :math:`B` over the same rows, sampled with
+        another seed.
+    """
+    phi = features.scipy_feature_matrix(modulation)
+    if independent is None:
+        return (phi @ phi.T).tocsr()
+    if not torch.equal(independent.start_nodes, features.start_nodes) or independent.num_nodes != features.num_nodes:
+        raise ValueError("the two feature sets must have the same rows and graph")
+    cross = phi @ independent.scipy_feature_matrix(modulation).T
+    return ((cross + cross.T) * 0.5).tocsr()
 
 
 class _Assembler:

@@ -232,9 +232,10 @@ def walk_with_lengths(graph: Graph, lengths: Any, p_halt: float, *, seed: SeedLi
     columns = np.empty(total, dtype=graph.indices.dtype)
     steps = np.empty(total, dtype=np.uint16)
     weights = np.empty(total, dtype=np.float64)
-    kernels.walk_rows(graph.indptr, graph.indices, walk_ratios(graph), graph.degrees, starts,
-                      walked, draw_seed(seed), 1.0 / (1.0 - p), 1.0 / num_walkers,
-                      indptr, columns, steps, weights)
+    with kernels.threads_for(total):
+        kernels.walk_rows(graph.indptr, graph.indices, walk_ratios(graph), graph.degrees, starts,
+                          walked, draw_seed(seed), 1.0 / (1.0 - p), 1.0 / num_walkers,
+                          indptr, columns, steps, weights)
     return WalkSteps(num_nodes=graph.num_nodes, start_nodes=starts, indptr=indptr,
                      columns=columns, steps=steps, weights=weights, num_walkers=num_walkers,
                      p_halt=p, lengths=walked)
@@ -318,8 +319,9 @@ def walk_endpoints_with_lengths(graph: Graph, lengths: Any, *, seed: SeedLike = 
     starts = _check_start_nodes(graph, start_nodes)
     walked = validated_lengths(graph, lengths, starts)
     endpoints = np.empty(walked.shape, dtype=np.int64)
-    kernels.walk_endpoints(graph.indptr, graph.indices, graph.degrees, starts, walked,
-                           draw_seed(seed), endpoints)
+    with kernels.threads_for(int(walked.sum()) + walked.size):
+        kernels.walk_endpoints(graph.indptr, graph.indices, graph.degrees, starts, walked,
+                               draw_seed(seed), endpoints)
     return endpoints
 
 

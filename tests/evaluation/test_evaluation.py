@@ -99,3 +99,13 @@ def test_jitter_for_semidefinite_covariances() -> None:
 def test_errors(call, error, message) -> None:
     with pytest.raises(error, match=message):
         call()
+
+
+def test_sparse_estimates_are_not_densified_and_agree() -> None:
+    exact = random_spd(30, 5)
+    estimate = sp.random(30, 30, density=0.1, random_state=1, format="csr")
+    estimate = estimate + estimate.T
+    assert relative_frobenius_error(exact, estimate) == pytest.approx(
+        relative_frobenius_error(exact, estimate.toarray()), rel=1e-12)
+    with pytest.raises(ValueError, match="shapes"):
+        relative_frobenius_error(exact, sp.eye(3))

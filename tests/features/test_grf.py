@@ -8,7 +8,7 @@ import torch
 
 from gp_couple.couplings import AntitheticTermination
 from gp_couple.features import grf as grf_module
-from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.grf import GraphRandomFeatures, gram_estimate
 from gp_couple.features.walks import sample_walks
 from gp_couple.graphs import grid_graph
 from gp_couple.modulation import Diffusion, RegularisedLaplacian
@@ -125,3 +125,17 @@ def test_bad_inputs() -> None:
         GraphRandomFeatures.sample(graph, 2, 0.3, dtype=torch.int64)
     with pytest.raises(TypeError, match="WalkSteps"):
         GraphRandomFeatures.from_walk_steps("walks")
+
+
+def test_gram_estimates_from_one_and_two_sets() -> None:
+    graph = grid_graph(5, 5)
+    first = GraphRandomFeatures.sample(graph, 4, 0.3, seed=0, dtype=torch.float64)
+    second = GraphRandomFeatures.sample(graph, 4, 0.3, seed=1, dtype=torch.float64)
+    f = torch.linspace(1.0, 0.2, max(first.num_steps, second.num_steps), dtype=torch.float64)
+    a = first.scipy_feature_matrix(f).toarray()
+    b = second.scipy_feature_matrix(f).toarray()
+    np.testing.assert_allclose(gram_estimate(first, f).toarray(), a @ a.T, atol=1e-12)
+    np.testing.assert_allclose(gram_estimate(first, f, second).toarray(), 0.5 * (a @ b.T + b @ a.T), atol=1e-12)
+    subset = GraphRandomFeatures.sample(graph, 4, 0.3, seed=1, start_nodes=[0, 1])
+    with pytest.raises(ValueError, match="same rows"):
+        gram_estimate(first, f, subset)

@@ -72,7 +72,7 @@ def test_unbiased_on_graph_with_isolated_node_and_two_components(kernel_name: st
     # Two independent feature sets are unbiased on the diagonal too (app:grf_approx footnote).
     assert_unbiased(two_sets.reshape(len(two_sets), -1), exact.ravel(), z=5.0)
     # The isolated node's row is exact: K_66 = alpha_0 and no covariance.
-    np.testing.assert_allclose(single[:, 6, 6], float(kernel.coefficients(1).reshape(-1)[0]), rtol=1e-12)
+    np.testing.assert_allclose(single[:, 6, 6], float(kernel.coefficients(1).detach().reshape(-1)[0]), rtol=1e-12)
     assert np.all(single[:, 6, :6] == 0)
 
 

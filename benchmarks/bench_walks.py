@@ -1,0 +1,249 @@
+"""Benchmark: the GRF walk sampler and feature build against baselines measured in the same run.
+
+For each graph and termination probability (m walkers per node) this measures, each in
+a fresh subprocess so that peak memory is clean:
+
+* ``ceiling``: a compiled loop doing only the random neighbour gathers
+  ``indices[indptr[cur] + floor(u * deg[cur])]`` for the same walk lengths and the same
+  random stream, and nothing else (no loads, no output);
+* ``sample``: gp_couple's sampler writing the full per-step decomposition (raw
+  ``WalkSteps``) for the same lengths; ``sample_vs_ceiling`` = ceiling time / sample time;
+* ``build``: ``GraphRandomFeatures.sample`` end to end (lengths, walks, coalesced Φ_t),
+  with its peak resident-memory increase;
+* ``numpy``: the obvious vectorised NumPy prototype (all walkers advance together, one
+  NumPy gather per step, Φ_t assembled by scipy), time and peak memory;
+* ``fast_graph_gp``: fast-graph-gp's walk loop (``grf_gp.sampler._run_walks``, its
+  per-process kernel including its per-step accumulation) on a random subset of start
+  nodes with the same N, m, p_halt and maximum length, extrapolated per node; and, where
+  the graph is small enough (``--fgg-full-limit``), its complete multi-process
+  ``GRFSampler`` on all nodes.
+
+All compared runs use the same maximum walk length (``--max-length``, default: the
+0.999999-quantile of the length distribution). Prints one JSON document.
+
+Run: ``python benchmarks/bench_walks.py --json-out benchmarks/out/walks.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+
+def _status(field: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1]) / 1e6  # GB
+    raise RuntimeError(field)
+
+
+def _reset_peak() -> float:
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+    return _status("VmRSS")
+
+
+def _peak_increase(baseline: float) -> float:
+    return max(_status("VmHWM") - baseline, 0.0)
+
+
+def _graph(spec: str):
+    from gp_couple.experiments._graphs import resolve_graph
+
+    return resolve_graph(spec)
+
+
+def default_max_length(p_halt: float) -> int:
+    return int(math.ceil(math.log(1e-6) / math.log1p(-p_halt)))
+
+
+def numpy_prototype(graph, lengths: np.ndarray, p_halt: float, seed: int):
+    """All walkers step together; one NumPy gather per step; Φ_t as scipy matrices."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    rows, walkers = lengths.shape
+    indptr, indices, degrees = graph.indptr, graph.indices, graph.degrees
+    ratios = graph.normalized_weights() * np.repeat(degrees, degrees)
+    walker_rows = np.repeat(np.arange(rows), walkers)
+    remaining = lengths.ravel().copy()
+    current = walker_rows.copy()
+    load = np.full(current.size, 1.0 / walkers)
+    step_matrices = [sp.identity(rows, format="csr")]
+    step = 0
+    alive = np.flatnonzero(remaining > 0)
+    while alive.size:
+        step += 1
+        edge = indptr[current[alive]] + (rng.random(alive.size) * degrees[current[alive]]).astype(np.int64)
+        load[alive] *= ratios[edge] / (1 - p_halt)
+        current[alive] = indices[edge]
+        step_matrices.append(sp.csr_matrix((load[alive], (walker_rows[alive], current[alive])),
+                                           shape=(rows, graph.num_nodes)))
+        remaining[alive] -= 1
+        alive = alive[remaining[alive] > 0]
+    return step_matrices
+
+
+def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: int,
+            fgg_full_limit: int, repeats: int) -> dict[str, Any]:
+    import torch
+
+    from gp_couple.couplings import IIDLengths
+    from gp_couple.features import _walk_kernels as kernels
+    from gp_couple.features.grf import GraphRandomFeatures
+    from gp_couple.features.walks import walk_ratios, walk_with_lengths
+
+    graph = _graph(spec)
+    starts = np.arange(graph.num_nodes, dtype=np.int64)
+    # Warm-up: load compiled kernels from the numba cache.
+    GraphRandomFeatures.sample(graph, 2, p_halt, seed=0, start_nodes=starts[:10])
+    walk_with_lengths(graph, np.ones((10, 2), dtype=np.int64), p_halt, start_nodes=starts[:10])
+    sink = np.empty(10, dtype=np.int64)
+    kernels.gather_ceiling(graph.indptr, graph.indices, graph.degrees, starts[:10],
+                           np.ones((10, 2), dtype=np.int64), 1, sink)
+    lengths = np.minimum(IIDLengths().sample_lengths(graph.num_nodes, walkers, p_halt, seed=1), max_length)
+    steps = int(lengths.sum())
+    result: dict[str, Any] = {"graph": spec, "nodes": graph.num_nodes, "edges": graph.num_edges,
+                              "p_halt": p_halt, "walkers": walkers, "max_length": max_length,
+                              "walk_steps": steps}
+
+    def best_of(function) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            function()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    sink = np.empty(graph.num_nodes, dtype=np.int64)
+    ceiling = best_of(lambda: kernels.gather_ceiling(graph.indptr, graph.indices, graph.degrees,
+                                                      starts, lengths, 7, sink))
+    walk_ratios(graph)
+    sample = best_of(lambda: walk_with_lengths(graph, lengths, p_halt, seed=7))
+    result.update(ceiling_s=ceiling, sample_s=sample, sample_vs_ceiling=ceiling / sample,
+                  sample_steps_per_s=steps / sample, ceiling_steps_per_s=steps / ceiling)
+
+    baseline = _reset_peak()
+    start = time.perf_counter()
+    features = GraphRandomFeatures.sample(graph, walkers, p_halt, seed=3, max_length=max_length,
+                                          dtype=torch.float64)
+    build_cold = time.perf_counter() - start
+    build_peak = _peak_increase(baseline)
+    result.update(build_cold_s=build_cold, build_peak_gb=build_peak, features_gb=features.nbytes() / 1e9,
+                  feature_entries=features.num_entries, feature_nnz=features.nnz,
+                  num_steps=features.num_steps)
+    del features
+    result["build_warm_s"] = best_of(lambda: GraphRandomFeatures.sample(
+        graph, walkers, p_halt, seed=3, max_length=max_length, dtype=torch.float64))
+    return result
+
+
+def measure_numpy(spec: str, p_halt: float, walkers: int, max_length: int) -> dict[str, Any]:
+    from gp_couple.couplings import IIDLengths
+
+    graph = _graph(spec)
+    lengths = np.minimum(IIDLengths().sample_lengths(graph.num_nodes, walkers, p_halt, seed=1), max_length)
+    baseline = _reset_peak()
+    start = time.perf_counter()
+    matrices = numpy_prototype(graph, lengths, p_halt, seed=5)
+    elapsed = time.perf_counter() - start
+    return {"numpy_s": elapsed, "numpy_peak_gb": _peak_increase(baseline), "numpy_steps": len(matrices)}
+
+
+def measure_fast_graph_gp(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: int,
+                          fgg_full_limit: int) -> dict[str, Any]:
+    try:
+        import grf_gp.sampler as fgg
+        import torch
+    except ImportError:
+        return {"fast_graph_gp": "not installed (pip install -e '.[bench]')"}
+    graph = _graph(spec)
+    crow, col = graph.indptr, graph.indices.astype(np.int64)
+    data = graph.normalized_weights()
+    fgg._init_worker(crow, col, data)
+    subset = np.random.default_rng(0).choice(graph.num_nodes, min(fgg_nodes, graph.num_nodes), replace=False)
+    start = time.perf_counter()
+    # fast-graph-gp records positions 0..max_walk_length-1, i.e. at most max_walk_length - 1 moves.
+    fgg._run_walks(subset, walkers, p_halt, max_length + 1, 0, False)
+    per_node = (time.perf_counter() - start) / subset.size
+    result: dict[str, Any] = {"fgg_subset_nodes": int(subset.size), "fgg_per_node_s": per_node,
+                              "fgg_extrapolated_one_process_s": per_node * graph.num_nodes}
+    if graph.num_nodes <= fgg_full_limit:
+        adjacency = torch.sparse_csr_tensor(torch.from_numpy(crow), torch.from_numpy(col),
+                                            torch.from_numpy(data), size=(graph.num_nodes,) * 2)
+        sampler = fgg.GRFSampler(adjacency, walks_per_node=walkers, p_halt=p_halt,
+                                 max_walk_length=max_length + 1, seed=0, use_tqdm=False,
+                                 n_processes=os.cpu_count())
+        start = time.perf_counter()
+        sampler()
+        result["fgg_full_sampler_s"] = time.perf_counter() - start
+        result["fgg_processes"] = os.cpu_count()
+    return result
+
+
+def _in_subprocess(function, *args) -> dict[str, Any]:
+    """Run ``function(*args)`` in a fresh interpreter (clean peak memory) and return its dict."""
+    completed = subprocess.run(
+        [sys.executable, __file__, "--worker", function.__name__, json.dumps(args)],
+        check=True, capture_output=True, text=True)
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--worker":
+        print(json.dumps(globals()[argv[1]](*json.loads(argv[2]))))
+        return {}
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--graphs", nargs="+", default=["grid:316x316", "grid:1000x1000", "icosphere:6"])
+    parser.add_argument("--p-halt", nargs="+", type=float, default=[0.1, 0.5])
+    parser.add_argument("--walkers", type=int, default=16)
+    parser.add_argument("--max-length", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--fgg-nodes", type=int, default=2000, help="fast-graph-gp subset size")
+    parser.add_argument("--fgg-full-limit", type=int, default=100_000,
+                        help="run fast-graph-gp's full sampler on graphs up to this many nodes")
+    parser.add_argument("--skip-numpy", action="store_true")
+    parser.add_argument("--json-out", default=None)
+    args = parser.parse_args(argv)
+    rows = []
+    for spec in args.graphs:
+        for p_halt in args.p_halt:
+            max_length = args.max_length or default_max_length(p_halt)
+            row = _in_subprocess(measure, spec, p_halt, args.walkers, max_length, args.fgg_nodes,
+                                 args.fgg_full_limit, args.repeats)
+            if not args.skip_numpy:
+                row.update(_in_subprocess(measure_numpy, spec, p_halt, args.walkers, max_length))
+                row["build_speedup_vs_numpy"] = row["numpy_s"] / row["build_cold_s"]
+            row.update(_in_subprocess(measure_fast_graph_gp, spec, p_halt, args.walkers, max_length,
+                                      args.fgg_nodes, args.fgg_full_limit))
+            if "fgg_per_node_s" in row:
+                row["speedup_vs_fgg_one_process"] = row["fgg_extrapolated_one_process_s"] / row["build_warm_s"]
+            if "fgg_full_sampler_s" in row:
+                row["speedup_vs_fgg_full_sampler"] = row["fgg_full_sampler_s"] / row["build_warm_s"]
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            rows.append(row)
+    report = {"benchmark": "walks", "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                                "platform": platform.platform()},
+              "results": rows}
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json_out:
+        os.makedirs(os.path.dirname(args.json_out) or ".", exist_ok=True)
+        with open(args.json_out, "w") as out:
+            out.write(text + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()

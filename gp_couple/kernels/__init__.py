@@ -1,0 +1,15 @@
+"""GPyTorch kernels."""
+
+from .random_features import CoupledRandomFeatureKernel, CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
+from .grf import ExactGraphKernel, GraphNodeKernel, GRFKernel
+
+__all__ = [
+    "CoupledRandomFeatureKernel",
+    "CoupledRFFKernel",
+    "CoupledRLFKernel",
+    "fit_coupling",
+    "gram_rmse",
+    "ExactGraphKernel",
+    "GraphNodeKernel",
+    "GRFKernel",
+]

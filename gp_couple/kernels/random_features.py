@@ -1,0 +1,379 @@
+r"""GPyTorch kernels built from coupled random Fourier / Laplace features (paper, sec:rffs_and_rlfs).
+
+:class:`CoupledRFFKernel` and :class:`CoupledRLFKernel` approximate the Gaussian kernel
+
+.. math::
+
+    k(\boldsymbol x, \boldsymbol y) = \exp\!\big(-\tfrac12 \|(\boldsymbol x - \boldsymbol y) / \boldsymbol\ell\|^2\big)
+    \approx \phi(\boldsymbol x / \boldsymbol\ell)^\top \phi(\boldsymbol y / \boldsymbol\ell)
+
+with ``num_features`` frequencies drawn by a
+:class:`~gp_couple.couplings.FrequencyCoupling`; wrap them in
+:class:`gpytorch.kernels.ScaleKernel` for an amplitude. They return low-rank
+operators (:class:`~linear_operator.operators.LowRankRootLinearOperator` for
+:math:`k(X, X)`, :class:`~linear_operator.operators.MatmulLinearOperator` otherwise), so
+an :class:`gpytorch.models.ExactGP` with Gaussian noise is a sparse-spectrum GP
+(Lázaro-Gredilla et al. 2010) trained in :math:`O(N m^2)` through the Woodbury identity,
+and predicts through gpytorch's ``LinearPredictionStrategy``.
+
+Randomness lives in buffers drawn eagerly at construction (the coupling's *noise*);
+the frequencies are recomputed from it in every forward pass, so a learnable coupling
+(:class:`~gp_couple.couplings.GaussianCopulaCoupling`) is trained by gradient descent,
+``load_state_dict`` into a freshly built kernel restores the exact frequencies (even
+after :meth:`~CoupledRandomFeatureKernel.resample` changed their number), and
+:meth:`~CoupledRandomFeatureKernel.resample` draws new ones explicitly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from gpytorch.kernels import Kernel
+from gpytorch.models import exact_prediction_strategies
+from linear_operator.operators import (
+    LinearOperator,
+    LowRankRootLinearOperator,
+    MatmulLinearOperator,
+    RootLinearOperator,
+)
+from torch import Tensor
+
+from .._random import SeedLike, as_numpy_generator
+from ..couplings.frequencies import FrequencyCoupling, check_positive_int, get_frequency_coupling
+from ..features.fourier import feature_map, gaussian_kernel, num_feature_columns
+
+__all__ = [
+    "CoupledRandomFeatureKernel",
+    "CoupledRFFKernel",
+    "CoupledRLFKernel",
+    "gram_rmse",
+    "fit_coupling",
+]
+
+_NOISE_PREFIX = "noise_"
+
+
+class CoupledRandomFeatureKernel(Kernel):
+    r"""Base class of Gaussian kernels estimated by coupled random features.
+
+    Subclasses set :attr:`feature_map_name` (a key of
+    :data:`gp_couple.features.fourier.FEATURE_MAPS`) and :attr:`default_coupling`.
+
+    :param num_features: Number of frequencies :math:`m \ge 1`.
+    :param num_dims: Input dimension :math:`d` (after ``active_dims``); inferred from
+        ``active_dims`` or ``ard_num_dims`` when omitted. Needed up front because the
+        frequencies are drawn at construction.
+    :param coupling: A :class:`~gp_couple.couplings.FrequencyCoupling` or its name (see
+        :func:`~gp_couple.couplings.get_frequency_coupling`); default
+        :attr:`default_coupling`. A coupling with parameters becomes a sub-module.
+    :param seed: Seed of the initial frequencies (same int seed, same frequencies).
+    :param kwargs: Passed to :class:`gpytorch.kernels.Kernel` (``ard_num_dims``,
+        ``batch_shape``, ``active_dims``, ``lengthscale_prior``,
+        ``lengthscale_constraint``). Batch members get independent frequencies.
+    """
+
+    has_lengthscale = True
+    #: Feature map used by the kernel (``"rff"`` or ``"rlf"``).
+    feature_map_name: ClassVar[str]
+    #: Coupling used when none is given.
+    default_coupling: ClassVar[str]
+
+    def __init__(self, num_features: int, num_dims: int | None = None,
+                 coupling: FrequencyCoupling | str | None = None, *, seed: SeedLike = None,
+                 **kwargs: Any) -> None:
+        if not hasattr(type(self), "feature_map_name"):
+            raise TypeError(f"{type(self).__name__} does not set feature_map_name: use CoupledRFFKernel, "
+                            "CoupledRLFKernel or a subclass that sets it")
+        num_features = check_positive_int("num_features", num_features)
+        num_dims = self._infer_num_dims(num_dims, kwargs.get("ard_num_dims"), kwargs.get("active_dims"))
+        super().__init__(**kwargs)
+        self.num_dims = num_dims
+        self._num_features = num_features
+        self.coupling = get_frequency_coupling(
+            self.default_coupling if coupling is None else coupling, dim=num_dims)
+        self._noise_keys: tuple[str, ...] = ()
+        self._feature_fn = feature_map(self.feature_map_name)
+        self.resample(seed)
+
+    @staticmethod
+    def _infer_num_dims(num_dims: int | None, ard_num_dims: int | None, active_dims: Any) -> int:
+        candidates = {}
+        if ard_num_dims is not None and ard_num_dims != 1:
+            candidates["ard_num_dims"] = check_positive_int("ard_num_dims", ard_num_dims)
+        if active_dims is not None:
+            candidates["active_dims"] = len(torch.as_tensor(active_dims).reshape(-1))
+        if num_dims is None:
+            if not candidates:
+                raise ValueError("num_dims is required (the frequencies are drawn at construction); "
+                                 "pass num_dims=<input dimension>")
+            num_dims = next(iter(candidates.values()))
+        num_dims = check_positive_int("num_dims", num_dims)
+        for name, value in candidates.items():
+            if value != num_dims:
+                raise ValueError(f"{name} implies {value} input dimensions but num_dims={num_dims}")
+        return num_dims
+
+    # ------------------------------------------------------------------ frequencies
+
+    @property
+    def num_features(self) -> int:
+        """Number of frequencies :math:`m`."""
+        return self._num_features
+
+    @property
+    def num_feature_columns(self) -> int:
+        """Columns of the feature matrix (:math:`2m` for RFFs, :math:`m` for RLFs)."""
+        return num_feature_columns(self.feature_map_name, self._num_features)
+
+    @property
+    def noise(self) -> dict[str, Tensor]:
+        """The coupling's stored noise (buffers ``noise_<key>``)."""
+        return {key: getattr(self, _NOISE_PREFIX + key) for key in self._noise_keys}
+
+    @property
+    def frequencies(self) -> Tensor:
+        """Frequencies ``(*batch_shape, num_features, num_dims)`` before division by the lengthscale."""
+        return self.coupling(self.noise, self._num_features)
+
+    def resample(self, seed: SeedLike = None, *, num_features: int | None = None) -> None:
+        """Draw new frequencies (optionally a new number of them).
+
+        An :class:`~gpytorch.models.ExactGP` in eval mode caches its prediction
+        strategy: call ``model.train()`` before predicting again.
+
+        :param seed: Seed or generator for the new noise.
+        :param num_features: New number of frequencies (default: unchanged).
+        """
+        if num_features is not None:
+            self._num_features = check_positive_int("num_features", num_features)
+        reference = self.raw_lengthscale
+        noise = self.coupling.draw_noise(self._num_features, self.num_dims,
+                                         batch_shape=self.batch_shape, seed=seed,
+                                         dtype=reference.dtype, device=reference.device)
+        for key in self._noise_keys:
+            if key not in noise:
+                delattr(self, _NOISE_PREFIX + key)
+        for key, tensor in noise.items():
+            self.register_buffer(_NOISE_PREFIX + key, tensor)
+        self._noise_keys = tuple(noise)
+
+    # ------------------------------------------------------------------ state
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"num_features": self._num_features, "num_dims": self.num_dims,
+                "coupling": self.coupling.name}
+
+    def _check_extra_state(self, state: Any) -> int:
+        if not isinstance(state, dict) or "num_features" not in state:
+            raise ValueError(f"not a {type(self).__name__} state: {state!r}")
+        if state.get("num_dims", self.num_dims) != self.num_dims:
+            raise ValueError(f"the saved kernel has num_dims={state['num_dims']} but this one has "
+                             f"num_dims={self.num_dims}")
+        if state.get("coupling", self.coupling.name) != self.coupling.name:
+            raise ValueError(f"the saved kernel uses the {state['coupling']!r} coupling but this one "
+                             f"uses {self.coupling.name!r}")
+        return check_positive_int("num_features", state["num_features"])
+
+    def set_extra_state(self, state: Any) -> None:
+        self._num_features = self._check_extra_state(state)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: Any,
+                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        # Validate before anything is copied, so that a mismatch leaves the kernel intact.
+        extra_state = state_dict.get(prefix + "_extra_state")
+        if extra_state is not None:
+            self._check_extra_state(extra_state)
+        # The saved noise may hold more or fewer frequencies (after resample(num_features=...)):
+        # re-register those buffers with the incoming shapes so that copying succeeds.
+        for key in self._noise_keys:
+            incoming = state_dict.get(prefix + _NOISE_PREFIX + key)
+            current = getattr(self, _NOISE_PREFIX + key)
+            if isinstance(incoming, Tensor) and incoming.shape != current.shape:
+                self.register_buffer(_NOISE_PREFIX + key,
+                                     torch.empty(incoming.shape, dtype=current.dtype, device=current.device))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _featurize(self, x: Tensor, name: str) -> Tensor:
+        if x.shape[-1] != self.num_dims:
+            raise ValueError(f"{name} has {x.shape[-1]} input dimensions but the kernel was built "
+                             f"for num_dims={self.num_dims}")
+        return self._feature_fn(x, self.frequencies, self.lengthscale)
+
+    def features(self, x: Tensor) -> Tensor:
+        r"""Feature matrix :math:`\phi(\boldsymbol x / \boldsymbol\ell)` ``(..., n, F)`` (``active_dims`` applied).
+
+        :param x: Inputs ``(..., n, D)``.
+        """
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() == 1:
+            x = x.unsqueeze(-1)
+        if self.active_dims is not None:
+            x = x.index_select(-1, self.active_dims)
+        return self._featurize(x, "x")
+
+    def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, last_dim_is_batch: bool = False,
+                **params: Any) -> Tensor | LinearOperator:
+        if last_dim_is_batch:
+            raise ValueError("last_dim_is_batch is not supported by random-feature kernels: "
+                             "their frequencies live in the full input space")
+        z1 = self._featurize(x1, "x1")
+        x1_eq_x2 = x1 is x2 or (x1.shape == x2.shape and torch.equal(x1, x2))
+        z2 = z1 if x1_eq_x2 else self._featurize(x2, "x2")
+        if diag:
+            return (z1 * z2).sum(-1)
+        if x1_eq_x2:
+            # Low rank pays off only with fewer feature columns than points.
+            if z1.size(-1) < z1.size(-2):
+                return LowRankRootLinearOperator(z1)
+            return RootLinearOperator(z1)
+        return MatmulLinearOperator(z1, z2.mT)
+
+    def prediction_strategy(self, train_inputs: Any, train_prior_dist: Any, train_labels: Tensor,
+                            likelihood: Any) -> exact_prediction_strategies.PredictionStrategy:
+        # Predictions in feature space: O(m^2) per test point after an O(N m^2) cache.
+        return exact_prediction_strategies.LinearPredictionStrategy(
+            train_inputs, train_prior_dist, train_labels, likelihood)
+
+    def extra_repr(self) -> str:
+        return f"num_features={self._num_features}, num_dims={self.num_dims}, coupling={self.coupling.name!r}"
+
+
+class CoupledRFFKernel(CoupledRandomFeatureKernel):
+    r"""Gaussian kernel estimated by coupled random Fourier features (paper, eq:rff_exp).
+
+    .. math::
+
+        \widehat k(\boldsymbol x, \boldsymbol y) = \frac1m \sum_{i=1}^m
+        \cos\big(\boldsymbol\omega_i^\top (\boldsymbol x - \boldsymbol y) / \boldsymbol\ell\big)
+
+    Default coupling: pairwise norm-coupled orthogonal frequencies (``"pnc"``). The
+    feature matrix has :math:`2m` columns.
+
+    Example::
+
+        kernel = gpytorch.kernels.ScaleKernel(
+            CoupledRFFKernel(num_features=64, num_dims=8, ard_num_dims=8, seed=0))
+    """
+
+    feature_map_name = "rff"
+    default_coupling = "pnc"
+
+
+class CoupledRLFKernel(CoupledRandomFeatureKernel):
+    r"""Gaussian kernel estimated by coupled random Laplace features (paper, eq:rlf_exp).
+
+    .. math::
+
+        \widehat k(\boldsymbol x, \boldsymbol y) = \frac1m \sum_{i=1}^m
+        \exp\big(\boldsymbol\omega_i^\top (\boldsymbol x + \boldsymbol y) - \|\boldsymbol x\|^2 - \|\boldsymbol y\|^2\big)
+        \quad\text{on } \boldsymbol x / \boldsymbol\ell, \boldsymbol y / \boldsymbol\ell
+
+    Every estimate is positive, but the variance grows like
+    :math:`\exp(\|\boldsymbol x + \boldsymbol y\|^2)`: keep inputs / lengthscale small.
+    Default coupling: PNC with antithetic pairs (``"pnc+antithetic"``), the paper's best
+    RLF coupling. The estimate depends on :math:`\boldsymbol x + \boldsymbol y`, so the
+    kernel is not stationary as a function of the draws.
+    """
+
+    feature_map_name = "rlf"
+    default_coupling = "pnc+antithetic"
+
+    @property
+    def is_stationary(self) -> bool:
+        return False
+
+
+# --------------------------------------------------------------------------- coupling fitting
+
+
+def gram_rmse(coupling: FrequencyCoupling | str, inputs: Tensor, num_features: int,
+              feature_map_name: str = "rff", *, num_draws: int = 1, seed: SeedLike = None,
+              exact: Tensor | None = None) -> Tensor:
+    r"""Per-draw RMSE of the estimated Gram matrix (paper, eq:rmseloss, before the expectation).
+
+    .. math::
+
+        \sqrt{\frac{1}{N^2}\sum_{i,j=1}^N \big(\phi(\boldsymbol x_i)^\top\phi(\boldsymbol x_j)
+        - k(\boldsymbol x_i, \boldsymbol x_j)\big)^2}
+
+    Differentiable in the parameters of a learnable coupling.
+
+    :param coupling: Coupling (or name) drawing the frequencies.
+    :param inputs: Inputs ``(N, d)``, already divided by the lengthscale.
+    :param num_features: Frequencies per draw.
+    :param feature_map_name: ``"rff"`` or ``"rlf"``.
+    :param num_draws: Independent draws.
+    :param seed: Seed or generator.
+    :param exact: The exact Gram matrix (computed from ``inputs`` if omitted).
+    :return: Tensor ``(num_draws,)``.
+    """
+    coupling = get_frequency_coupling(coupling, dim=inputs.shape[-1])
+    fmap = feature_map(feature_map_name)
+    if exact is None:
+        exact = gaussian_kernel(inputs)
+    noise = coupling.draw_noise(num_features, inputs.shape[-1],
+                                batch_shape=(check_positive_int("num_draws", num_draws),),
+                                seed=seed, dtype=inputs.dtype, device=inputs.device)
+    features = fmap(inputs, coupling(noise, num_features))
+    errors = features @ features.mT - exact
+    return errors.square().mean(dim=(-2, -1)).sqrt()
+
+
+def fit_coupling(kernel: CoupledRandomFeatureKernel, inputs: Tensor, *, num_steps: int = 500,
+                 learning_rate: float = 1e-2, samples_per_step: int = 8,
+                 seed: SeedLike = None) -> list[float]:
+    r"""Fit a learnable coupling's parameters to minimise the kernel RMSE on data (paper, app:copulas).
+
+    Minimises eq:rmseloss, :math:`\mathcal L(\boldsymbol\theta) = \mathbb E\,\mathrm{RMSE}`,
+    by Adam with the reparameterisation trick: every step draws ``samples_per_step``
+    fresh noise sets and averages their Gram RMSEs on ``inputs`` scaled by the kernel's
+    (fixed) lengthscale. Only the coupling's parameters change; the kernel's stored
+    noise is untouched, and its frequencies follow the fitted coupling immediately.
+
+    :param kernel: Kernel whose ``coupling`` has trainable parameters.
+    :param inputs: Training inputs ``(N, D)`` (``active_dims`` applied here).
+    :param num_steps: Optimisation steps.
+    :param learning_rate: Adam learning rate.
+    :param samples_per_step: Noise draws per step (more gives smoother gradients).
+    :param seed: Seed or generator of the training noise.
+    :return: The training loss of every step.
+    """
+    if not isinstance(kernel, CoupledRandomFeatureKernel):
+        raise TypeError(f"kernel must be a CoupledRandomFeatureKernel, got {type(kernel).__name__}")
+    parameters = [p for p in kernel.coupling.parameters() if p.requires_grad]
+    if not parameters:
+        raise ValueError(f"the {kernel.coupling.name!r} coupling has no trainable parameters to fit")
+    if len(kernel.batch_shape):
+        raise ValueError("fit_coupling needs a kernel without batch dimensions")
+    num_steps = check_positive_int("num_steps", num_steps)
+    samples_per_step = check_positive_int("samples_per_step", samples_per_step)
+    if not (isinstance(learning_rate, (int, float)) and math.isfinite(learning_rate) and learning_rate > 0):
+        raise ValueError(f"learning_rate must be positive and finite, got {learning_rate}")
+    if not isinstance(inputs, Tensor) or inputs.dim() != 2:
+        raise ValueError("inputs must be a 2-D tensor (N, D)")
+    if kernel.active_dims is not None:
+        inputs = inputs.index_select(-1, kernel.active_dims)
+    if inputs.shape[-1] != kernel.num_dims:
+        raise ValueError(f"inputs have {inputs.shape[-1]} dimensions but the kernel has "
+                         f"num_dims={kernel.num_dims}")
+    with torch.no_grad():
+        scaled = inputs.to(kernel.dtype) / kernel.lengthscale.reshape(-1)
+        exact = gaussian_kernel(scaled)
+    rng = as_numpy_generator(seed)
+    optimizer = torch.optim.Adam(parameters, lr=learning_rate)
+    losses: list[float] = []
+    for _ in range(num_steps):
+        optimizer.zero_grad()
+        loss = gram_rmse(kernel.coupling, scaled, kernel.num_features, kernel.feature_map_name,
+                         num_draws=samples_per_step, seed=rng, exact=exact).mean()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses

@@ -1,0 +1,256 @@
+r"""Exact GPs on graph nodes, their training loop and predictions.
+
+:class:`GraphGP` is a :class:`gpytorch.models.ExactGP` whose inputs are node indices,
+validated once here so that bad data fails with a clear message instead of deep inside
+torch. With ``covar_module = ScaleKernel(GRFKernel(graph, ...))`` it is the scalable
+GRF-GP of the paper (sec:graph_gp_experiments); with
+``ScaleKernel(ExactGraphKernel(graph))`` it is the exact reference.
+
+:func:`fit_gp` is the training loop of app:grf_gp_details (Adam on the exact marginal
+log-likelihood; the learnable hyperparameters are the outputscale :math:`\kappa`, the
+graph-kernel hyperparameters, e.g. :math:`\gamma`, and the noise :math:`\sigma_n`), and
+:func:`predict` returns predictive means and variances.
+
+Library code never changes global gpytorch settings: wrap calls in
+:func:`gp_couple.settings.grf_gp_settings` to choose between Cholesky and CG/Lanczos.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import gpytorch
+import numpy as np
+import torch
+from gpytorch.distributions import MultivariateNormal
+from gpytorch.likelihoods import Likelihood
+from gpytorch.means import Mean, ZeroMean
+from torch import Tensor
+
+from .kernels.grf import GraphNodeKernel, GRFKernel
+
+__all__ = ["GraphGP", "fit_gp", "predict", "node_index_array"]
+
+_FLOAT32_EXACT = 2**24
+
+
+def _module_dtype(module: torch.nn.Module) -> torch.dtype:
+    for tensor in list(module.parameters()) + list(module.buffers()):
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return torch.get_default_dtype()
+
+
+def _graph_kernels(module: torch.nn.Module) -> list[GraphNodeKernel]:
+    return [sub for sub in module.modules() if isinstance(sub, GraphNodeKernel)]
+
+
+def _as_array(value: Any, name: str) -> np.ndarray:
+    if isinstance(value, Tensor):
+        return value.detach().cpu().numpy()
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name} must be array-like, got {type(value).__name__}") from error
+
+
+def node_index_array(nodes: Any, name: str, num_nodes: int | None = None) -> np.ndarray:
+    """Validate node indices (1-D, or a column ``(n, 1)``) and return them as int64.
+
+    :param nodes: Tensor, array or sequence of node indices (integers, or floats with
+        integer values).
+    :param name: Argument name used in error messages.
+    :param num_nodes: If given, every index must lie in ``[0, num_nodes)``.
+    :raises TypeError: If the indices are not numbers.
+    :raises ValueError: If the shape is wrong, or an index is non-finite, non-integer,
+        negative or out of range.
+    """
+    array = _as_array(nodes, name)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (or a column of shape (n, 1)), got shape {array.shape}")
+    if array.size == 0:
+        raise ValueError(f"{name} is empty")
+    if array.dtype == np.bool_ or not (np.issubdtype(array.dtype, np.integer)
+                                       or np.issubdtype(array.dtype, np.floating)):
+        raise TypeError(f"{name} must hold integer node indices, got dtype {array.dtype}")
+    if np.issubdtype(array.dtype, np.floating):
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"{name} contains NaN or infinite node indices")
+        fractional = array != np.round(array)
+        if np.any(fractional):
+            raise ValueError(f"{name} contains non-integer node index {array[fractional][0]}")
+    index = array.astype(np.int64)
+    if index.min() < 0:
+        raise ValueError(f"{name} contains negative node index {index.min()}")
+    if num_nodes is not None and index.max() >= num_nodes:
+        raise ValueError(f"{name} contains node index {index.max()} outside [0, {num_nodes})")
+    return index
+
+
+def _node_inputs(nodes: Any, name: str, num_nodes: int | None,
+                 graph_kernels: list[GraphNodeKernel]) -> Tensor:
+    index = node_index_array(nodes, name, num_nodes)
+    for kernel in graph_kernels:
+        if isinstance(kernel, GRFKernel):
+            kernel.rows(torch.from_numpy(index), name)  # raises for nodes without features
+    dtype = torch.float64 if num_nodes is not None and num_nodes > _FLOAT32_EXACT else torch.get_default_dtype()
+    return torch.from_numpy(index).to(dtype).unsqueeze(-1)
+
+
+class GraphGP(gpytorch.models.ExactGP):
+    r"""Exact GP regression on graph nodes, :math:`y_i = g(v_i) + \varepsilon_i`.
+
+    The GP inputs are the node indices as an ``(n, 1)`` floating tensor (float64 when
+    the graph has more than :math:`2^{24}` nodes, so indices stay exact), which every
+    gpytorch mean and likelihood accepts; the graph kernels read them back as indices.
+
+    The default mean is :class:`gpytorch.means.ZeroMean`: the paper's GRF-GPs learn only
+    :math:`\kappa`, the graph-kernel hyperparameters and :math:`\sigma_n`
+    (app:grf_gp_details), so standardise the targets, or pass
+    ``mean_module=gpytorch.means.ConstantMean()`` to learn an offset.
+
+    :param train_nodes: Observed node indices, shape ``(n,)`` (or ``(n, 1)``).
+    :param train_targets: Observations, shape ``(n,)``, finite.
+    :param likelihood: A gpytorch likelihood (e.g. ``GaussianLikelihood()``).
+    :param covar_module: The covariance, e.g. ``ScaleKernel(GRFKernel(graph))``.
+    :param mean_module: The mean (default ``ZeroMean()``).
+    :raises TypeError: If an argument has the wrong type or non-numeric indices.
+    :raises ValueError: If node indices are out of range, not integers or have no
+        GRF features, if shapes disagree, or if targets are NaN or infinite.
+    """
+
+    def __init__(self, train_nodes: Any, train_targets: Any, likelihood: Likelihood,
+                 covar_module: gpytorch.kernels.Kernel, mean_module: Mean | None = None) -> None:
+        if not isinstance(likelihood, Likelihood):
+            raise TypeError(f"likelihood must be a gpytorch Likelihood, got {type(likelihood).__name__}")
+        if not isinstance(covar_module, gpytorch.kernels.Kernel):
+            raise TypeError(f"covar_module must be a gpytorch Kernel, got {type(covar_module).__name__}")
+        if mean_module is not None and not isinstance(mean_module, Mean):
+            raise TypeError(f"mean_module must be a gpytorch Mean, got {type(mean_module).__name__}")
+        graph_kernels = _graph_kernels(covar_module)
+        sizes = {kernel.num_nodes for kernel in graph_kernels}
+        if len(sizes) > 1:
+            raise ValueError(f"covar_module contains graph kernels on graphs of different sizes {sorted(sizes)}")
+        num_nodes = sizes.pop() if sizes else None
+        inputs = _node_inputs(train_nodes, "train_nodes", num_nodes, graph_kernels)
+        targets = self._targets(train_targets, inputs.shape[0], _module_dtype(covar_module))
+        super().__init__(inputs, targets, likelihood)
+        self._num_nodes = num_nodes
+        self.mean_module = ZeroMean() if mean_module is None else mean_module
+        self.covar_module = covar_module
+
+    @property
+    def num_nodes(self) -> int | None:
+        """Number of graph nodes (``None`` if the covariance has no graph kernel)."""
+        return self._num_nodes
+
+    def node_inputs(self, nodes: Any, name: str = "nodes") -> Tensor:
+        """Validated GP inputs ``(n, 1)`` for node indices (e.g. test nodes)."""
+        return _node_inputs(nodes, name, self._num_nodes, _graph_kernels(self.covar_module))
+
+    @staticmethod
+    def _targets(targets: Any, num_train: int, dtype: torch.dtype) -> Tensor:
+        array = _as_array(targets, "train_targets")
+        if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.number) \
+                or np.iscomplexobj(array):
+            raise TypeError(f"train_targets must be real numbers, got dtype {array.dtype}")
+        if array.shape != (num_train,):
+            raise ValueError(f"train_targets must have shape ({num_train},) to match train_nodes, "
+                             f"got {array.shape}")
+        if not np.all(np.isfinite(array)):
+            bad = int(np.flatnonzero(~np.isfinite(array))[0])
+            raise ValueError(f"train_targets contains NaN or infinite values (first at position {bad})")
+        return torch.as_tensor(array).to(dtype)
+
+    def forward(self, x: Tensor) -> MultivariateNormal:
+        covariance = self.covar_module(x)
+        # ZeroMean returns the input's dtype; the node-index inputs may differ from the
+        # covariance's (e.g. after model.double()).
+        mean = self.mean_module(x).to(covariance.dtype)
+        return MultivariateNormal(mean, covariance)
+
+
+def _check_pair(model: gpytorch.models.ExactGP, likelihood: Likelihood) -> None:
+    if not isinstance(model, gpytorch.models.ExactGP):
+        raise TypeError(f"model must be a gpytorch ExactGP, got {type(model).__name__}")
+    if likelihood is not model.likelihood:
+        raise ValueError("likelihood must be the likelihood the model was built with (model.likelihood)")
+
+
+def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations: int, lr: float = 0.01,
+           callback: Callable[[int, float], bool | None] | None = None) -> list[float]:
+    r"""Maximise the exact marginal log-likelihood with Adam (app:grf_gp_details).
+
+    Every iteration evaluates :math:`-\log p(\mathbf y \mid \theta) / n` on the training
+    data and takes one Adam step on all parameters of ``model`` (which include the
+    likelihood's). gpytorch picks Cholesky or CG/Lanczos by ``max_cholesky_size``:
+    use :func:`gp_couple.settings.grf_gp_settings`. Train/eval modes are restored.
+
+    :param model: The GP (in any mode).
+    :param likelihood: ``model.likelihood``.
+    :param iterations: Number of Adam steps (the paper uses 1000).
+    :param lr: Adam learning rate.
+    :param callback: Called as ``callback(step, loss)`` after each step; returning
+        ``True`` stops training early.
+    :return: The loss before each step (negative MLL per data point).
+    :raises FloatingPointError: If the loss becomes NaN or infinite.
+    """
+    _check_pair(model, likelihood)
+    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 0:
+        raise ValueError(f"iterations must be a non-negative int, got {iterations!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be a positive float, got {lr!r}")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+    was_training = model.training
+    model.train()
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=float(lr))
+    history: list[float] = []
+    try:
+        for step in range(int(iterations)):
+            optimizer.zero_grad()
+            loss = -mll(model(*model.train_inputs), model.train_targets).sum()
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise FloatingPointError(f"the training loss became {value} at step {step}")
+            loss.backward()
+            optimizer.step()
+            history.append(value)
+            if callback is not None and callback(step, value) is True:
+                break
+    finally:
+        model.train(was_training)
+    return history
+
+
+def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, *, fast: bool = False,
+            noise: bool = True) -> tuple[Tensor, Tensor]:
+    r"""Predictive mean and variance at ``nodes`` (no gradients).
+
+    :param model: A trained :class:`GraphGP` (or any ExactGP on node-index inputs).
+    :param likelihood: ``model.likelihood``.
+    :param nodes: Node indices to predict at, shape ``(n,)``.
+    :param fast: Use gpytorch's ``fast_pred_var`` (Lanczos) for the variances.
+    :param noise: Return the variance of noisy observations :math:`y_*` (default,
+        what NLPD needs); ``False`` returns the latent :math:`g(v_*)` variance.
+    :return: ``(mean, variance)``, each of shape ``(n,)`` (plus any batch shape).
+    """
+    _check_pair(model, likelihood)
+    if isinstance(model, GraphGP):
+        inputs = model.node_inputs(nodes)
+    else:
+        inputs = torch.from_numpy(node_index_array(nodes, "nodes")).to(model.train_inputs[0].dtype).unsqueeze(-1)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), gpytorch.settings.fast_pred_var(bool(fast)):
+            latent = model(inputs)
+            output = likelihood(latent) if noise else latent
+            mean, variance = output.mean, output.variance
+    finally:
+        model.train(was_training)
+    return mean, variance
