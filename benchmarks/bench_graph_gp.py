@@ -9,7 +9,7 @@ nodes are predicted. Each method runs in a fresh subprocess, so times and peak m
 * ``grf``: ``ScaleKernel(GRFKernel)`` (diffusion kernel, ``--walkers`` i.i.d. walkers,
   ``p_halt``) with features for the train and test nodes only; ``--iterations`` Adam
   steps on the exact marginal likelihood (CG/Lanczos under ``grf_gp_settings``); then the
-  predictive mean and variance at the test nodes.
+  predictive mean and variance at the test nodes (``fast_pred_var``: Lanczos variances).
 * ``exact`` (graphs up to ``--exact-limit`` nodes): ``ExactGraphKernel`` (dense
   eigendecomposition) trained and evaluated the same way.
 * ``geometric_kernels`` (graphs up to ``--gk-limit`` nodes): GeometricKernels' heat kernel
@@ -21,7 +21,7 @@ is compared with the exact kernel at the GRF model's trained hyperparameters (ex
 columns by ``expm_multiply``): relative Frobenius error. Test RMSE is against the
 noise-free signal; NLPD against the noisy observations.
 
-Run: ``python benchmarks/bench_graph_gp.py --json-out benchmarks/out/graph_gp.json``
+Run: ``python benchmarks/bench_graph_gp.py --json-out benchmarks/results/graph_gp.json``
 """
 
 from __future__ import annotations
@@ -30,30 +30,33 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from typing import Any
 
 import numpy as np
 
-
-def _status(field: str) -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field):
-                return int(line.split()[1]) / 1e6
-    raise RuntimeError(field)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _measure import dispatch_worker, peak_increase, reset_peak, run_in_subprocess  # noqa: E402
 
 
-def _reset_peak() -> float:
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
-    return _status("VmRSS")
+
+
 
 
 def problem(spec: str, seed: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Graph, noise-free signal, noisy observations, train and test nodes."""
+    """Graph, noise-free signal, noisy observations, train and test nodes.
+
+    ``mesh:NAME`` is a mesh of ``$GP_COUPLE_DATA`` with the paper's protocol: normal-z
+    targets (also used as the "noise-free" signal) and a 5 % test split.
+    """
+    if spec.startswith("mesh:"):
+        from gp_couple.datasets import load_mesh, split_test_nodes
+
+        mesh = load_mesh(spec.split(":", 1)[1])
+        train, test = split_test_nodes(mesh.graph.num_nodes, seed=seed)
+        targets = np.asarray(mesh.targets)
+        return mesh.graph, targets, targets, train, test
     from gp_couple.experiments._graphs import resolve_graph
 
     graph = resolve_graph(spec)
@@ -86,7 +89,7 @@ def run_gp(method: str, spec: str, walkers: int, p_halt: float, iterations: int,
                            predict)
 
     graph, signal, observed, train, test = problem(spec, seed)
-    baseline = _reset_peak()
+    baseline = reset_peak()
     start = time.perf_counter()
     if method == "grf":
         base = GRFKernel(graph, num_walkers=walkers, p_halt=p_halt, graph_kernel=Diffusion(1.0),
@@ -105,10 +108,10 @@ def run_gp(method: str, spec: str, walkers: int, p_halt: float, iterations: int,
         losses = fit_gp(model, likelihood, iterations=iterations, lr=0.05)
         training = time.perf_counter() - start
         start = time.perf_counter()
-        mean, variance = predict(model, likelihood, test)
+        mean, variance = predict(model, likelihood, test, fast=True)
         prediction = time.perf_counter() - start
     result = {"method": method, "setup_s": setup, "train_s": training, "predict_s": prediction,
-              "total_s": setup + training + prediction, "peak_gb": _status("VmHWM") - baseline,
+              "total_s": setup + training + prediction, "peak_gb": peak_increase(baseline),
               "final_loss": losses[-1], "outputscale": float(kernel.outputscale),
               "gamma": float(base.graph_kernel.gamma), "noise": float(likelihood.noise)}
     result.update(_metrics(mean.numpy(), variance.numpy(), signal, observed, test))
@@ -146,7 +149,7 @@ def run_geometric_kernels(spec: str, eigenpairs: int, outputscale: float, gamma:
         return {"geometric_kernels": "not installed (pip install -e '.[bench]')"}
     graph, _, _, _, test = problem(spec, seed)
     nodes = test[:subset]
-    baseline = _reset_peak()
+    baseline = reset_peak()
     start = time.perf_counter()
     space = GKGraph(graph.adjacency.astype(np.float64), normalize_laplacian=True)
     kernel = MaternGeometricKernel(space, num=eigenpairs, normalize=False)
@@ -156,15 +159,9 @@ def run_geometric_kernels(spec: str, eigenpairs: int, outputscale: float, gamma:
     params["lengthscale"] = np.array([np.sqrt(2.0) * gamma])
     gram = kernel.K(params, nodes[:, None].astype(np.int64)) * outputscale / graph.num_nodes
     elapsed = time.perf_counter() - start
-    return {"gk_s": elapsed, "gk_peak_gb": _status("VmHWM") - baseline, "subset_gk": np.asarray(gram).tolist()}
+    return {"gk_s": elapsed, "gk_peak_gb": peak_increase(baseline), "subset_gk": np.asarray(gram).tolist()}
 
 
-def _in_subprocess(function, *args) -> dict[str, Any]:
-    completed = subprocess.run([sys.executable, __file__, "--worker", function.__name__, json.dumps(args)],
-                               capture_output=True, text=True)
-    if completed.returncode:
-        return {"error": completed.stderr.strip().splitlines()[-1] if completed.stderr else "failed"}
-    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def _gram_error(exact: list, estimate: list) -> float:
@@ -174,14 +171,13 @@ def _gram_error(exact: list, estimate: list) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--worker":
-        print(json.dumps(globals()[argv[1]](*json.loads(argv[2]))))
+    if dispatch_worker(argv, globals()):
         return {}
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--graphs", nargs="+", default=["grid:100x100", "icosphere:5", "grid:316x316",
+    parser.add_argument("--graphs", nargs="+", default=["grid:100x100", "mesh:torus", "icosphere:5", "grid:316x316",
                                                         "icosphere:6", "grid:1000x1000", "icosphere:8"])
     parser.add_argument("--walkers", type=int, default=16)
-    parser.add_argument("--p-halt", type=float, default=0.5)
+    parser.add_argument("--p-halt", type=float, default=0.1)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--subset", type=int, default=500)
     parser.add_argument("--eigenpairs", type=int, default=500)
@@ -192,27 +188,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     rows = []
     for spec in args.graphs:
-        grf = _in_subprocess(run_gp, "grf", spec, args.walkers, args.p_halt, args.iterations, args.subset, args.seed)
+        grf = run_in_subprocess(__file__, run_gp, "grf", spec, args.walkers, args.p_halt,
+                                args.iterations, args.subset, args.seed)
         row: dict[str, Any] = {"graph": spec, "grf": grf}
         if "error" not in grf:
-            exact_subset = _in_subprocess(run_exact_columns, spec, grf["outputscale"], grf["gamma"],
-                                          args.subset, args.seed)
+            exact_subset = run_in_subprocess(__file__, run_exact_columns, spec, grf["outputscale"],
+                                             grf["gamma"], args.subset, args.seed)
             if "error" not in exact_subset:
                 row["exact_columns_s"] = exact_subset["exact_columns_s"]
                 grf["subset_gram_error"] = _gram_error(exact_subset["subset_exact"], grf.pop("subset_gram"))
-            from gp_couple.experiments._graphs import resolve_graph
-
-            nodes = resolve_graph(spec).num_nodes
+            nodes = problem(spec, args.seed)[0].num_nodes
             row["nodes"] = nodes
             if nodes <= args.exact_limit:
-                exact = _in_subprocess(run_gp, "exact", spec, args.walkers, args.p_halt, args.iterations,
-                                       args.subset, args.seed)
+                exact = run_in_subprocess(__file__, run_gp, "exact", spec, args.walkers, args.p_halt,
+                                          args.iterations, args.subset, args.seed)
                 row["exact"] = exact
                 if "total_s" in exact:
                     row["grf_speedup_vs_exact"] = exact["total_s"] / grf["total_s"]
             if nodes <= args.gk_limit and "error" not in exact_subset:
-                gk = _in_subprocess(run_geometric_kernels, spec, args.eigenpairs, grf["outputscale"],
-                                    grf["gamma"], args.subset, args.seed)
+                gk = run_in_subprocess(__file__, run_geometric_kernels, spec, args.eigenpairs,
+                                       grf["outputscale"], grf["gamma"], args.subset, args.seed)
                 if "subset_gk" in gk:
                     gk["subset_gram_error"] = _gram_error(exact_subset["subset_exact"], gk.pop("subset_gk"))
                 row["geometric_kernels"] = gk

@@ -22,7 +22,7 @@ Timings use one torch thread by default (``--threads``): on a shared machine, Op
 threads waiting on a busy core make multi-threaded timings erratic. Prints one JSON
 document (also written to ``--json-out``).
 
-Run: ``python benchmarks/bench_random_features.py --json-out benchmarks/out/random_features.json``
+Run: ``python benchmarks/bench_random_features.py --json-out benchmarks/results/random_features.json``
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ a fresh subprocess so that peak memory is clean:
   random stream, and nothing else (no loads, no output);
 * ``sample``: gp_couple's sampler writing the full per-step decomposition (raw
   ``WalkSteps``) for the same lengths; ``sample_vs_ceiling`` = ceiling time / sample time;
-* ``build``: ``GraphRandomFeatures.sample`` end to end (lengths, walks, coalesced Φ_t),
-  with its peak resident-memory increase;
+* ``build``: ``GraphRandomFeatures.sample`` end to end (lengths, walks, coalesced Φ_t,
+  weights in ``--dtype``), with its peak resident-memory increase (cold: first build in
+  a fresh process; warm: best of ``--repeats`` further builds);
 * ``numpy``: the obvious vectorised NumPy prototype (all walkers advance together, one
   NumPy gather per step, Φ_t assembled by scipy), time and peak memory;
 * ``fast_graph_gp``: fast-graph-gp's walk loop (``grf_gp.sampler._run_walks``, its
@@ -21,7 +22,7 @@ a fresh subprocess so that peak memory is clean:
 All compared runs use the same maximum walk length (``--max-length``, default: the
 0.999999-quantile of the length distribution). Prints one JSON document.
 
-Run: ``python benchmarks/bench_walks.py --json-out benchmarks/out/walks.json``
+Run: ``python benchmarks/bench_walks.py --json-out benchmarks/results/walks_float32.json``
 """
 
 from __future__ import annotations
@@ -31,30 +32,20 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from typing import Any
 
 import numpy as np
 
-
-def _status(field: str) -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field):
-                return int(line.split()[1]) / 1e6  # GB
-    raise RuntimeError(field)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _measure import dispatch_worker, peak_increase, reset_peak, run_in_subprocess  # noqa: E402
 
 
-def _reset_peak() -> float:
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
-    return _status("VmRSS")
 
 
-def _peak_increase(baseline: float) -> float:
-    return max(_status("VmHWM") - baseline, 0.0)
+
+
 
 
 def _graph(spec: str):
@@ -95,7 +86,7 @@ def numpy_prototype(graph, lengths: np.ndarray, p_halt: float, seed: int):
 
 
 def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: int,
-            fgg_full_limit: int, repeats: int) -> dict[str, Any]:
+            fgg_full_limit: int, repeats: int, dtype_name: str = "float64") -> dict[str, Any]:
     import torch
 
     from gp_couple.couplings import IIDLengths
@@ -103,6 +94,7 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
     from gp_couple.features.grf import GraphRandomFeatures
     from gp_couple.features.walks import walk_ratios, walk_with_lengths
 
+    dtype = getattr(torch, dtype_name)
     graph = _graph(spec)
     starts = np.arange(graph.num_nodes, dtype=np.int64)
     # Warm-up: load compiled kernels from the numba cache.
@@ -133,18 +125,19 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
     result.update(ceiling_s=ceiling, sample_s=sample, sample_vs_ceiling=ceiling / sample,
                   sample_steps_per_s=steps / sample, ceiling_steps_per_s=steps / ceiling)
 
-    baseline = _reset_peak()
+    baseline = reset_peak()
     start = time.perf_counter()
     features = GraphRandomFeatures.sample(graph, walkers, p_halt, seed=3, max_length=max_length,
-                                          dtype=torch.float64)
+                                          dtype=dtype)
     build_cold = time.perf_counter() - start
-    build_peak = _peak_increase(baseline)
+    build_peak = peak_increase(baseline)
     result.update(build_cold_s=build_cold, build_peak_gb=build_peak, features_gb=features.nbytes() / 1e9,
                   feature_entries=features.num_entries, feature_nnz=features.nnz,
                   num_steps=features.num_steps)
     del features
     result["build_warm_s"] = best_of(lambda: GraphRandomFeatures.sample(
-        graph, walkers, p_halt, seed=3, max_length=max_length, dtype=torch.float64))
+        graph, walkers, p_halt, seed=3, max_length=max_length, dtype=dtype))
+    result["dtype"] = dtype_name
     return result
 
 
@@ -153,11 +146,11 @@ def measure_numpy(spec: str, p_halt: float, walkers: int, max_length: int) -> di
 
     graph = _graph(spec)
     lengths = np.minimum(IIDLengths().sample_lengths(graph.num_nodes, walkers, p_halt, seed=1), max_length)
-    baseline = _reset_peak()
+    baseline = reset_peak()
     start = time.perf_counter()
     matrices = numpy_prototype(graph, lengths, p_halt, seed=5)
     elapsed = time.perf_counter() - start
-    return {"numpy_s": elapsed, "numpy_peak_gb": _peak_increase(baseline), "numpy_steps": len(matrices)}
+    return {"numpy_s": elapsed, "numpy_peak_gb": peak_increase(baseline), "numpy_steps": len(matrices)}
 
 
 def measure_fast_graph_gp(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: int,
@@ -191,18 +184,11 @@ def measure_fast_graph_gp(spec: str, p_halt: float, walkers: int, max_length: in
     return result
 
 
-def _in_subprocess(function, *args) -> dict[str, Any]:
-    """Run ``function(*args)`` in a fresh interpreter (clean peak memory) and return its dict."""
-    completed = subprocess.run(
-        [sys.executable, __file__, "--worker", function.__name__, json.dumps(args)],
-        check=True, capture_output=True, text=True)
-    return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--worker":
-        print(json.dumps(globals()[argv[1]](*json.loads(argv[2]))))
+    if dispatch_worker(argv, globals()):
         return {}
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", nargs="+", default=["grid:316x316", "grid:1000x1000", "icosphere:6"])
@@ -213,6 +199,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--fgg-nodes", type=int, default=2000, help="fast-graph-gp subset size")
     parser.add_argument("--fgg-full-limit", type=int, default=100_000,
                         help="run fast-graph-gp's full sampler on graphs up to this many nodes")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                        help="weights of the built features (float32: the GP default)")
     parser.add_argument("--skip-numpy", action="store_true")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
@@ -220,13 +208,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for spec in args.graphs:
         for p_halt in args.p_halt:
             max_length = args.max_length or default_max_length(p_halt)
-            row = _in_subprocess(measure, spec, p_halt, args.walkers, max_length, args.fgg_nodes,
-                                 args.fgg_full_limit, args.repeats)
+            row = run_in_subprocess(__file__, measure, spec, p_halt, args.walkers, max_length,
+                                    args.fgg_nodes, args.fgg_full_limit, args.repeats, args.dtype)
             if not args.skip_numpy:
-                row.update(_in_subprocess(measure_numpy, spec, p_halt, args.walkers, max_length))
+                row.update(run_in_subprocess(__file__, measure_numpy, spec, p_halt, args.walkers,
+                                             max_length))
                 row["build_speedup_vs_numpy"] = row["numpy_s"] / row["build_cold_s"]
-            row.update(_in_subprocess(measure_fast_graph_gp, spec, p_halt, args.walkers, max_length,
-                                      args.fgg_nodes, args.fgg_full_limit))
+            row.update(run_in_subprocess(__file__, measure_fast_graph_gp, spec, p_halt, args.walkers,
+                                         max_length, args.fgg_nodes, args.fgg_full_limit))
             if "fgg_per_node_s" in row:
                 row["speedup_vs_fgg_one_process"] = row["fgg_extrapolated_one_process_s"] / row["build_warm_s"]
             if "fgg_full_sampler_s" in row:

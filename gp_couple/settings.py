@@ -12,12 +12,12 @@ Every value is restored on exit, also when an exception escapes.
 Why these defaults (the numbers are in :class:`GRFGPSettings`; gpytorch's own
 defaults are given for comparison):
 
-* ``max_cholesky_size=2000`` (gpytorch: 800). Cholesky gives exact, deterministic
-  MLL gradients. The paper's experiments compare walk-length couplings by the
-  quality of the resulting GP (app:grf_gp_details); stochastic trace-estimation noise
-  in training would blur exactly those differences, and a dense 2000 x 2000
-  factorisation is cheap. Larger training sets (e.g. the 8700-node meshes) use
-  CG/Lanczos on the sparse operator, which never densifies it.
+* ``max_cholesky_size=500`` (gpytorch: 800). Above a few hundred points CG/Lanczos
+  on the sparse operator is much faster than densifying :math:`\Phi\Phi^\top` for a
+  Cholesky factorisation and its backward pass, and reaches the same optimum: one
+  Adam step of a GRF-GP took 0.016 s with CG against 0.085 s with Cholesky on 1216
+  training faces, and 0.059 s against 2.6 s on 3685 (2 cores; the final losses agreed
+  to 0.003). Tiny problems keep exact, deterministic Cholesky gradients.
 * ``num_trace_samples=32`` (gpytorch: 10): lower-variance log-determinant
   gradients on the CG path; each probe costs only two sparse products.
 * ``cg_tolerance=0.01`` (gpytorch: 1) and ``eval_cg_tolerance=0.001`` (gpytorch:
@@ -61,7 +61,7 @@ class GRFGPSettings:
     :ivar max_root_decomposition_size: Lanczos rank of the ``fast_pred_var`` caches.
     """
 
-    max_cholesky_size: int = 2000
+    max_cholesky_size: int = 500
     cg_tolerance: float = 0.01
     eval_cg_tolerance: float = 0.001
     max_cg_iterations: int = 2000

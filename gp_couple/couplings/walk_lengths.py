@@ -146,8 +146,11 @@ class IIDLengths(WalkLengthCoupling):
                        seed: SeedLike = None) -> np.ndarray:
         num_starts = _check_num("num_starts", num_starts, 0)
         num_walkers = _check_num("num_walkers", num_walkers)
+        p = check_p_halt(p_halt)
         rng = as_numpy_generator(seed)
-        return geometric_quantile(rng.random((num_starts, num_walkers)), p_halt)
+        # numpy counts trials up to the first success (support 1, 2, ...); a walk's
+        # length is the number of moves before halting (support 0, 1, ...).
+        return rng.geometric(p, size=(num_starts, num_walkers)) - 1
 
 
 class PairedWalkLengthCoupling(WalkLengthCoupling):

@@ -29,6 +29,16 @@ def summarize(samples: Iterable[float]) -> dict[str, float | int | None]:
     return {"mean": float(values.mean()), "se": se, "n": int(values.size)}
 
 
+def add_ratio_to_baseline(rows: list[dict[str, Any]], metric: str, *, key: str = "coupling",
+                          baseline: str = "iid") -> None:
+    """Add ``<metric>_vs_<baseline>``: each row's mean over the baseline row's mean."""
+    reference = next((row[metric]["mean"] for row in rows if row[key] == baseline), None)
+    if not reference:
+        return
+    for row in rows:
+        row[f"{metric}_vs_{baseline}"] = row[metric]["mean"] / reference
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     value = int(text)

@@ -1,4 +1,4 @@
-r"""``gp-couple demo``: mesh interpolation on the built-in mesh, in about a minute, no data needed.
+r"""``gp-couple demo``: mesh interpolation on the built-in mesh, in well under a minute, no data needed.
 
 Trains a GRF-GP (diffusion kernel, 8 i.i.d. walkers) on 95 % of the faces of the
 built-in bumpy icosphere, then compares i.i.d., antithetic and :math:`\sigma`-coupled
@@ -41,9 +41,9 @@ def register(subparsers: Any) -> None:
     """Add the ``demo`` sub-command."""
     parser = subparsers.add_parser("demo", help="quick mesh-interpolation demo on a built-in mesh",
                                    description="GRF-GP mesh interpolation demo (no data needed).")
-    parser.add_argument("--walkers", nargs="+", type=int, default=[16, 32])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--train-iterations", type=int, default=150)
+    parser.add_argument("--walkers", nargs="+", type=int, default=[16, 32, 64])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--train-iterations", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(

@@ -28,7 +28,7 @@ import torch
 
 from .._random import SeedLike, as_numpy_generator
 from ..couplings.sigma_fit import fit_sigma_coupling
-from ..couplings.walk_lengths import AntitheticTermination, IIDLengths, WalkLengthCoupling
+from ..couplings.walk_lengths import WalkLengthCoupling
 from ..evaluation import posterior_kl, relative_frobenius_error, rmse
 from ..evaluation.posterior import GaussianPosterior, gp_posterior, gp_posterior_from_blocks
 from ..exact import exact_kernel_matrix
@@ -38,9 +38,9 @@ from ..kernels.grf import GRFKernel
 from ..models import GraphGP, fit_gp
 from ..modulation import Diffusion
 from ..settings import grf_gp_settings
+from ._couplings import COUPLINGS, walk_length_couplings
 from ._report import summarize
 
-COUPLINGS = ("iid", "antithetic", "sigma")
 
 
 @dataclass
@@ -109,17 +109,9 @@ def train_hyperparameters(graph: Graph, train_nodes: np.ndarray, train_targets: 
 
 def build_couplings(series: Diffusion, protocol: GraphGPProtocol) -> dict[str, WalkLengthCoupling]:
     """i.i.d., antithetic and a σ-coupling fitted for the trained kernel (order ``sigma_order``)."""
-    couplings: dict[str, WalkLengthCoupling] = {}
-    for name in protocol.couplings:
-        if name == "iid":
-            couplings[name] = IIDLengths()
-        elif name == "antithetic":
-            couplings[name] = AntitheticTermination()
-        else:
-            couplings[name] = fit_sigma_coupling(series, protocol.p_halt, protocol.sigma_order,
-                                                 samples_per_bin=protocol.sigma_fit_samples,
-                                                 seed=protocol.seed)
-    return couplings
+    return walk_length_couplings(protocol.couplings, lambda: fit_sigma_coupling(
+        series, protocol.p_halt, protocol.sigma_order, samples_per_bin=protocol.sigma_fit_samples,
+        seed=protocol.seed))
 
 
 def grf_gram(graph: Graph, series: Diffusion, outputscale: float, walkers: int, p_halt: float,

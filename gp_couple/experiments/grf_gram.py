@@ -18,15 +18,16 @@ import numpy as np
 import torch
 
 from ..couplings.sigma_fit import fit_sigma_coupling
-from ..couplings.walk_lengths import AntitheticTermination, IIDLengths, WalkLengthCoupling
+from ..couplings.walk_lengths import SigmaCoupling
 from ..evaluation import relative_frobenius_error
 from ..exact import exact_kernel_matrix
 from ..features.grf import GraphRandomFeatures, gram_estimate
 from ..modulation import Diffusion, GraphKernelSeries, RegularisedLaplacian
+from ._couplings import COUPLINGS, walk_length_couplings
 from ._graphs import PROCEDURAL_HELP, resolve_graph
-from ._report import add_common_arguments, emit, positive_int, probability, summarize
+from ._report import (add_common_arguments, add_ratio_to_baseline, emit, positive_int, probability,
+                      summarize)
 
-COUPLINGS = ("iid", "antithetic", "sigma")
 KERNELS = ("regularised-laplacian", "diffusion")
 
 
@@ -39,22 +40,15 @@ def build_kernel(name: str, args: argparse.Namespace) -> GraphKernelSeries:
     raise ValueError(f"unknown kernel {name!r}; choose from {KERNELS}")
 
 
-def build_coupling(name: str, kernel: GraphKernelSeries, p_halt: float,
-                   args: argparse.Namespace) -> WalkLengthCoupling:
-    """iid, antithetic, or a sigma-coupling fitted for this kernel and p_halt (saved if asked)."""
-    if name == "iid":
-        return IIDLengths()
-    if name == "antithetic":
-        return AntitheticTermination()
-    if name == "sigma":
-        coupling = fit_sigma_coupling(kernel, p_halt, args.order, samples_per_bin=args.fit_samples,
-                                      seed=args.seed)
-        if args.save_couplings:
-            directory = Path(args.save_couplings)
-            directory.mkdir(parents=True, exist_ok=True)
-            coupling.save(directory / f"sigma_{kernel.__class__.__name__}_p{p_halt:g}_n{args.order}.json")
-        return coupling
-    raise ValueError(f"unknown coupling {name!r}; choose from {COUPLINGS}")
+def fitted_sigma(kernel: GraphKernelSeries, p_halt: float, args: argparse.Namespace) -> SigmaCoupling:
+    """A σ-coupling fitted for this kernel and p_halt on ER(100) (saved as JSON if asked)."""
+    coupling = fit_sigma_coupling(kernel, p_halt, args.order, samples_per_bin=args.fit_samples,
+                                  seed=args.seed)
+    if args.save_couplings:
+        directory = Path(args.save_couplings)
+        directory.mkdir(parents=True, exist_ok=True)
+        coupling.save(directory / f"sigma_{kernel.__class__.__name__}_p{p_halt:g}_n{args.order}.json")
+    return coupling
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -69,7 +63,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with torch.no_grad():
             exact = exact_kernel_matrix(kernel, graph).numpy()
         for p_halt in args.p_halt:
-            couplings = {name: build_coupling(name, kernel, p_halt, args) for name in args.couplings}
+            couplings = walk_length_couplings(
+                args.couplings, lambda: fitted_sigma(kernel, p_halt, args))
             for walkers in args.walkers:
                 rows = []
                 for coupling_name, coupling in couplings.items():
@@ -85,10 +80,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         errors.append(relative_frobenius_error(exact, estimate))
                     rows.append({"kernel": kernel_name, "p_halt": p_halt, "walkers": walkers,
                                  "coupling": coupling_name, "error": summarize(errors)})
-                baseline = next((r["error"]["mean"] for r in rows if r["coupling"] == "iid"), None)
-                for row in rows:
-                    if baseline:
-                        row["error_vs_iid"] = row["error"]["mean"] / baseline
+                add_ratio_to_baseline(rows, "error")
                 results.extend(rows)
     return {
         "experiment": "grf-gram",

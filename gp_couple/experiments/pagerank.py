@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 
 from ..couplings.sigma_fit import fit_pagerank_sigma_coupling
-from ..couplings.walk_lengths import AntitheticTermination, IIDLengths, WalkLengthCoupling
 from ..pagerank import estimate_pagerank, exact_pagerank
+from ._couplings import COUPLINGS, walk_length_couplings
 from ._graphs import PROCEDURAL_HELP, resolve_graph
-from ._report import add_common_arguments, emit, positive_int, probability, summarize
+from ._report import (add_common_arguments, add_ratio_to_baseline, emit, positive_int, probability,
+                      summarize)
 
-COUPLINGS = ("iid", "antithetic", "sigma")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -34,15 +34,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         graphs[spec] = {"nodes": graph.num_nodes, "edges": graph.num_edges}
         for p_halt in args.p_halt:
             exact = exact_pagerank(graph, p_halt)
-            couplings: dict[str, WalkLengthCoupling] = {}
-            for name in args.couplings:
-                if name == "iid":
-                    couplings[name] = IIDLengths()
-                elif name == "antithetic":
-                    couplings[name] = AntitheticTermination()
-                else:
-                    couplings[name] = fit_pagerank_sigma_coupling(
-                        p_halt, args.order, samples_per_bin=args.fit_samples, seed=args.seed)
+            couplings = walk_length_couplings(args.couplings, lambda: fit_pagerank_sigma_coupling(
+                p_halt, args.order, samples_per_bin=args.fit_samples, seed=args.seed))
             rows = []
             for name, coupling in couplings.items():
                 errors = [np.linalg.norm(exact - estimate_pagerank(
@@ -51,10 +44,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     for repeat in range(args.repeats)]
                 rows.append({"graph": spec, "p_halt": p_halt, "coupling": name,
                              "error": summarize(errors)})
-            baseline = next((r["error"]["mean"] for r in rows if r["coupling"] == "iid"), None)
-            for row in rows:
-                if baseline:
-                    row["error_vs_iid"] = row["error"]["mean"] / baseline
+            add_ratio_to_baseline(rows, "error")
             results.extend(rows)
     return {
         "experiment": "pagerank",

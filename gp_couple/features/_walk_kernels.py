@@ -61,43 +61,51 @@ def _next_unit(state: np.uint64) -> tuple[np.uint64, float]:
     return state, float(_mix(state) >> np.uint64(11)) * _TO_UNIT
 
 
+@njit(inline="always", cache=True)
+def _write_row_walks(indptr, indices, ratios, degrees, start, row_lengths, seed_u, inv_keep,
+                     inv_walkers, columns, steps, weights, position):  # pragma: no cover - compiled
+    """Write one row's entries from ``position``; return the position after them.
+
+    The row gets a step-0 entry ``(start, 0, 1)`` followed by one entry per move of each
+    walker, ``(visited node, step, load / m)``, where the load is the product of
+    ``ratios`` (``W~(u, v) * deg(u)``) times ``inv_keep = 1 / (1 - p_halt)`` per move.
+    """
+    columns[position] = start
+    steps[position] = 0
+    weights[position] = 1.0
+    position += 1
+    num_walkers = row_lengths.size
+    base = np.uint64(start) * np.uint64(num_walkers)
+    for k in range(num_walkers):
+        length = row_lengths[k]
+        if length == 0:
+            continue
+        state = _stream_start(seed_u, base + np.uint64(k))
+        current = start
+        load = inv_walkers
+        for t in range(1, length + 1):
+            state, u = _next_unit(state)
+            edge = indptr[current] + np.int64(u * degrees[current])
+            load *= ratios[edge] * inv_keep
+            current = indices[edge]
+            columns[position] = current
+            steps[position] = t
+            weights[position] = load
+            position += 1
+    return position
+
+
 @njit(parallel=True, cache=True)
 def walk_rows(indptr, indices, ratios, degrees, starts, lengths, seed, inv_keep, inv_walkers,
               out_indptr, out_columns, out_steps, out_weights):  # pragma: no cover - compiled
-    """Fill one CSR row of per-step entries per start node.
+    """Fill one CSR row of per-step entries per start node (see :func:`_write_row_walks`).
 
-    Row ``r`` gets a step-0 entry ``(starts[r], 0, 1)`` followed by one entry per move
-    of each walker, ``(visited node, step, load / m)``, where the load is the product
-    of ``ratios`` (``W~(u, v) * deg(u)``) times ``inv_keep = 1 / (1 - p_halt)`` per move.
     ``lengths`` must already be zero for start nodes without neighbours.
     """
-    num_rows, num_walkers = lengths.shape
     seed_u = np.uint64(seed)
-    for r in prange(num_rows):
-        position = out_indptr[r]
-        start = starts[r]
-        out_columns[position] = start
-        out_steps[position] = 0
-        out_weights[position] = 1.0
-        position += 1
-        base = np.uint64(start) * np.uint64(num_walkers)
-        for k in range(num_walkers):
-            length = lengths[r, k]
-            if length == 0:
-                continue
-            state = _stream_start(seed_u, base + np.uint64(k))
-            current = start
-            load = inv_walkers
-            for t in range(1, length + 1):
-                state, u = _next_unit(state)
-                degree = degrees[current]
-                edge = indptr[current] + np.int64(u * degree)
-                load *= ratios[edge] * inv_keep
-                current = indices[edge]
-                out_columns[position] = current
-                out_steps[position] = t
-                out_weights[position] = load
-                position += 1
+    for r in prange(lengths.shape[0]):
+        _write_row_walks(indptr, indices, ratios, degrees, starts[r], lengths[r], seed_u, inv_keep,
+                         inv_walkers, out_columns, out_steps, out_weights, out_indptr[r])
 
 
 @njit(parallel=True, cache=True)
@@ -139,14 +147,56 @@ def gather_ceiling(indptr, indices, degrees, starts, lengths, seed, out_sink):  
 
 
 _PACKED_ROW_LIMIT = 1 << 16
+#: Rows up to this length are sorted by insertion (short walks, e.g. p_halt = 0.5).
+_INSERTION_SORT_LIMIT = 32
+
+
+@njit(inline="always", cache=True)
+def _insertion_sort(keys, n):  # pragma: no cover - compiled
+    for i in range(1, n):
+        key = keys[i]
+        j = i - 1
+        while j >= 0 and keys[j] > key:
+            keys[j + 1] = keys[j]
+            j -= 1
+        keys[j + 1] = key
+
+
+@njit(inline="always", cache=True)
+def _merge_sorted(sorted_columns, sorted_steps, sorted_weights, n, columns, steps, weights,
+                  lo):  # pragma: no cover - compiled
+    """Write ``n`` entries sorted by (column, step) from ``lo``, summing equal pairs.
+
+    Returns (merged entries, distinct columns).
+    """
+    out = lo
+    distinct = 0
+    previous_column = -1
+    previous_step = -1
+    for i in range(n):
+        column = np.int64(sorted_columns[i])
+        step = np.int64(sorted_steps[i])
+        if column == previous_column and step == previous_step:
+            weights[out - 1] += sorted_weights[i]
+        else:
+            columns[out] = column
+            steps[out] = step
+            weights[out] = sorted_weights[i]
+            out += 1
+            if column != previous_column:
+                distinct += 1
+            previous_column = column
+            previous_step = step
+    return out - lo, distinct
 
 
 @njit(cache=True)
-def _coalesce_row(columns, steps, weights, lo, hi, keys, originals):  # pragma: no cover - compiled
+def _coalesce_row(columns, steps, weights, lo, hi, keys, sorted_steps, sorted_weights):  # pragma: no cover
     """Sort entries ``lo:hi`` by (column, step), merge equal pairs, compact them to ``lo``.
 
-    ``keys`` and ``originals`` are the calling thread's scratch (at least
-    ``min(hi - lo, _PACKED_ROW_LIMIT)`` long). Returns (merged entries, distinct columns).
+    ``keys``, ``sorted_steps`` and ``sorted_weights`` are the calling thread's scratch
+    (at least ``min(hi - lo, _PACKED_ROW_LIMIT)`` long). Returns (merged entries,
+    distinct columns).
     """
     n = hi - lo
     if n == 0:
@@ -159,60 +209,25 @@ def _coalesce_row(columns, steps, weights, lo, hi, keys, originals):  # pragma: 
     for i in range(n):
         row_keys[i] = ((np.uint64(columns[lo + i]) << np.uint64(32))
                        | (np.uint64(steps[lo + i]) << np.uint64(16)) | np.uint64(i))
-        originals[i] = weights[lo + i]
-    row_keys.sort()
-    out = lo
-    distinct = 0
-    previous_column = -1
-    previous_step = -1
+    if n <= _INSERTION_SORT_LIMIT:
+        _insertion_sort(row_keys, n)
+    else:
+        row_keys.sort()
     for i in range(n):
         key = row_keys[i]
-        column = np.int64(key >> np.uint64(32))
-        step = np.int64((key >> np.uint64(16)) & np.uint64(0xFFFF))
-        weight = originals[np.int64(key & np.uint64(0xFFFF))]
-        if column == previous_column and step == previous_step:
-            weights[out - 1] += weight
-        else:
-            columns[out] = column
-            steps[out] = step
-            weights[out] = weight
-            out += 1
-            if column != previous_column:
-                distinct += 1
-            previous_column = column
-            previous_step = step
-    return out - lo, distinct
+        sorted_weights[i] = weights[lo + np.int64(key & np.uint64(0xFFFF))]
+        sorted_steps[i] = np.int64((key >> np.uint64(16)) & np.uint64(0xFFFF))
+        row_keys[i] = key >> np.uint64(32)
+    return _merge_sorted(row_keys, sorted_steps, sorted_weights, n, columns, steps, weights, lo)
 
 
 @njit(cache=True)
 def _coalesce_long_row(columns, steps, weights, lo, hi):  # pragma: no cover - compiled
     """:func:`_coalesce_row` for rows too long for packed keys (allocates)."""
-    n = hi - lo
     order = np.argsort(columns[lo:hi].astype(np.int64) * np.int64(1 << 16)
                        + steps[lo:hi].astype(np.int64), kind="mergesort")
-    sorted_columns = columns[lo:hi][order]
-    sorted_steps = steps[lo:hi][order]
-    original = weights[lo:hi].copy()
-    out = lo
-    distinct = 0
-    previous_column = -1
-    previous_step = -1
-    for i in range(n):
-        column = sorted_columns[i]
-        step = sorted_steps[i]
-        weight = original[order[i]]
-        if column == previous_column and step == previous_step:
-            weights[out - 1] += weight
-        else:
-            columns[out] = column
-            steps[out] = step
-            weights[out] = weight
-            out += 1
-            if column != previous_column:
-                distinct += 1
-            previous_column = column
-            previous_step = step
-    return out - lo, distinct
+    return _merge_sorted(columns[lo:hi][order], steps[lo:hi][order], weights[lo:hi][order],
+                         hi - lo, columns, steps, weights, lo)
 
 
 @njit(cache=True)
@@ -221,17 +236,18 @@ def _thread_scratch(indptr):  # pragma: no cover - compiled
     for r in range(indptr.size - 1):
         longest = max(longest, min(indptr[r + 1] - indptr[r], _PACKED_ROW_LIMIT))
     threads = numba.config.NUMBA_NUM_THREADS
-    return np.empty((threads, longest), dtype=np.uint64), np.empty((threads, longest), dtype=np.float64)
+    return (np.empty((threads, longest), dtype=np.uint64), np.empty((threads, longest), dtype=np.int64),
+            np.empty((threads, longest), dtype=np.float64))
 
 
 @njit(parallel=True, cache=True)
 def coalesce_rows(indptr, columns, steps, weights, entry_counts, distinct_counts):  # pragma: no cover
     """Coalesce every row of a raw decomposition in place (see :func:`_coalesce_row`)."""
-    keys, originals = _thread_scratch(indptr)
+    keys, sorted_steps, sorted_weights = _thread_scratch(indptr)
     for r in prange(indptr.size - 1):
         thread = numba.get_thread_id()
         entries, distinct = _coalesce_row(columns, steps, weights, indptr[r], indptr[r + 1],
-                                          keys[thread], originals[thread])
+                                          keys[thread], sorted_steps[thread], sorted_weights[thread])
         entry_counts[r] = entries
         distinct_counts[r] = distinct
 
@@ -241,36 +257,14 @@ def walk_and_coalesce_rows(indptr, indices, ratios, degrees, starts, lengths, se
                            inv_walkers, raw_indptr, columns, steps, weights, entry_counts,
                            distinct_counts):  # pragma: no cover - compiled
     """:func:`walk_rows` followed by :func:`_coalesce_row` on each row while it is in cache."""
-    num_rows, num_walkers = lengths.shape
     seed_u = np.uint64(seed)
-    keys, originals = _thread_scratch(raw_indptr)
-    for r in prange(num_rows):
-        position = raw_indptr[r]
-        start = starts[r]
-        columns[position] = start
-        steps[position] = 0
-        weights[position] = 1.0
-        position += 1
-        base = np.uint64(start) * np.uint64(num_walkers)
-        for k in range(num_walkers):
-            length = lengths[r, k]
-            if length == 0:
-                continue
-            state = _stream_start(seed_u, base + np.uint64(k))
-            current = start
-            load = inv_walkers
-            for t in range(1, length + 1):
-                state, u = _next_unit(state)
-                edge = indptr[current] + np.int64(u * degrees[current])
-                load *= ratios[edge] * inv_keep
-                current = indices[edge]
-                columns[position] = current
-                steps[position] = t
-                weights[position] = load
-                position += 1
+    keys, sorted_steps, sorted_weights = _thread_scratch(raw_indptr)
+    for r in prange(lengths.shape[0]):
+        _write_row_walks(indptr, indices, ratios, degrees, starts[r], lengths[r], seed_u, inv_keep,
+                         inv_walkers, columns, steps, weights, raw_indptr[r])
         thread = numba.get_thread_id()
         entries, distinct = _coalesce_row(columns, steps, weights, raw_indptr[r], raw_indptr[r + 1],
-                                          keys[thread], originals[thread])
+                                          keys[thread], sorted_steps[thread], sorted_weights[thread])
         entry_counts[r] = entries
         distinct_counts[r] = distinct
 

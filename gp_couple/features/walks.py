@@ -99,11 +99,6 @@ class WalkSteps:
         """Largest step present (0 if every walk has length 0)."""
         return int(self.steps.max()) if self.steps.size else 0
 
-    @property
-    def row_index(self) -> np.ndarray:
-        """Row of every entry (int64), expanded from ``indptr``."""
-        return np.repeat(np.arange(self.num_rows, dtype=np.int64), np.diff(self.indptr))
-
     def feature_matrix(self, modulation: Any) -> sp.csr_matrix:
         r"""Assemble :math:`\Phi(f) = \sum_t f(t)\Phi_t` as a scipy CSR matrix (rows x N).
 

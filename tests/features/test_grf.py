@@ -139,3 +139,15 @@ def test_gram_estimates_from_one_and_two_sets() -> None:
     subset = GraphRandomFeatures.sample(graph, 4, 0.3, seed=1, start_nodes=[0, 1])
     with pytest.raises(ValueError, match="same rows"):
         gram_estimate(first, f, subset)
+
+
+def test_rows_longer_than_the_packed_key_limit_coalesce_correctly() -> None:
+    from gp_couple.features.walks import walk_with_lengths
+
+    graph = grid_graph(20, 20)
+    raw = walk_with_lengths(graph, np.full((1, 4), 20_000), 0.01, seed=0, start_nodes=[5])
+    assert raw.num_entries > 1 << 16
+    features = GraphRandomFeatures.from_walk_steps(raw, dtype=torch.float64)
+    f = torch.exp(-0.001 * torch.arange(features.num_steps, dtype=torch.float64))
+    np.testing.assert_allclose(features.scipy_feature_matrix(f).toarray(),
+                               raw.feature_matrix(f.numpy()).toarray(), rtol=1e-10)

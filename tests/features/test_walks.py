@@ -222,3 +222,14 @@ class TestErrors:
     def test_endpoint_sampler_matches_walk_sampler_streams(self) -> None:
         endpoints = sample_walk_endpoints(self.graph, 4, 0.4, seed=12)
         assert endpoints.shape == (9, 4) and endpoints.min() >= 0 and endpoints.max() < 9
+
+
+def test_step_matrices_sum_to_the_feature_matrix() -> None:
+    graph = grid_graph(5, 5)
+    steps = sample_walks(graph, 4, 0.3, seed=2)
+    f = 0.7 ** np.arange(steps.max_step + 1)
+    total = sum(f[t] * steps.step_matrix(t) for t in range(steps.max_step + 1))
+    np.testing.assert_allclose(total.toarray(), steps.feature_matrix(f).toarray(), rtol=1e-12)
+    assert steps.step_matrix(0).nnz == graph.num_nodes  # every row starts at its own node
+    with pytest.raises(ValueError, match="step"):
+        steps.step_matrix(-1)

@@ -1,0 +1,52 @@
+"""Measurement helpers shared by the benchmarks: peak memory and fresh-process workers.
+
+Each measured configuration runs in a fresh interpreter (``python bench.py --worker
+NAME ARGS_JSON``) so that its peak resident memory is its own; the peak is reset with
+``/proc/self/clear_refs`` (Linux) just before the measured work starts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any, Callable
+
+
+def memory_gb(field: str) -> float:
+    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in GB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1]) / 1e6
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def reset_peak() -> float:
+    """Reset the peak-RSS counter and return the current RSS in GB (the baseline)."""
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+    return memory_gb("VmRSS")
+
+
+def peak_increase(baseline: float) -> float:
+    """Peak RSS since :func:`reset_peak`, above ``baseline``, in GB."""
+    return max(memory_gb("VmHWM") - baseline, 0.0)
+
+
+def run_in_subprocess(script: str, function: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Run ``function(*args)`` of ``script`` in a fresh interpreter; its dict, or ``{"error": ...}``."""
+    completed = subprocess.run([sys.executable, script, "--worker", function.__name__, json.dumps(args)],
+                               capture_output=True, text=True)
+    if completed.returncode:
+        lines = completed.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit code {completed.returncode}"}
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def dispatch_worker(argv: list[str], namespace: dict[str, Any]) -> bool:
+    """Handle ``--worker NAME ARGS_JSON``: run it, print its JSON and return ``True``."""
+    if not argv or argv[0] != "--worker":
+        return False
+    print(json.dumps(namespace[argv[1]](*json.loads(argv[2]))))
+    return True
