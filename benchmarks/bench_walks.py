@@ -42,12 +42,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _measure import dispatch_worker, peak_increase, reset_peak, run_in_subprocess  # noqa: E402
 
 
-
-
-
-
-
-
 def _graph(spec: str):
     from gp_couple.experiments._graphs import resolve_graph
 
@@ -182,8 +176,6 @@ def measure_fast_graph_gp(spec: str, p_halt: float, walkers: int, max_length: in
         result["fgg_full_sampler_s"] = time.perf_counter() - start
         result["fgg_processes"] = os.cpu_count()
     return result
-
-
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Render the JSON files of ``benchmarks/results/`` as the markdown tables of RESULTS.md / README.
 
 Run: ``python benchmarks/render_results.py [SECTION ...]`` with sections ``walks``,
-``graph_gp``, ``grf_gram``, ``pagerank``, ``mesh``, ``traffic`` (default: all present).
+``graph_gp``, ``grf_gram``, ``pagerank``, ``mesh``, ``traffic``, ``kernel_estimation``,
+``attention``, ``copula_learning`` (default: all present); ``--update-readme`` rewrites the
+condensed tables between the results markers of README.md.
 """
 
 from __future__ import annotations
@@ -124,10 +126,119 @@ def traffic() -> str:
     return _table(["data", "walkers", "coupling", "Gram error", "test RMSE (mph)", "KL to exact"], rows)
 
 
+def kernel_estimation() -> str:
+    parts = []
+    for path in sorted(RESULTS.glob("kernel_estimation_*.json")):
+        report = json.loads(path.read_text())
+        rows = [[r["features"], r["coupling"], r["num_frequencies"], r["kernel_rmse"], r["kernel_rmse_vs_iid"],
+                 r["kl_per_test_point"], r["predictive_rmse"], r["predictive_rmse_vs_iid"]]
+                for r in report["results"]]
+        exact = report["exact_gp"]
+        rows += [[features, "exact GP", None, None, None, None, exact[features]["predictive_rmse"], None]
+                 for features in exact]
+        parts.append(f"{report['dataset']} (N = {report['num_points']}, d = {report['input_dim']}, "
+                     f"{report['settings']['splits']} splits):\n\n" + _table(
+                         ["features", "coupling", "m", "kernel RMSE", "kernel RMSE / iid", "KL per test point",
+                          "predictive RMSE", "predictive RMSE / iid"], rows))
+    return "\n\n".join(parts)
+
+
+def attention() -> str:
+    report = _load("attention.json")
+    if not report:
+        return ""
+    rows = [[r["coupling"], r["num_features"], r["kernel_variance"], r["kernel_covariance"], r["attention_mse"],
+             r["attention_mse_vs_orthogonal"]] for r in report["results"]]
+    return _table(["coupling", "features", "kernel variance", "kernel covariance", "attention MSE",
+                   "attention MSE / orthogonal"], rows)
+
+
+def copula_learning() -> str:
+    report = _load("copula_learning.json")
+    if not report:
+        return ""
+    rows = []
+    for r in report["results"]:
+        ratio = next(value for key, value in r.items() if key.startswith("loss_vs_"))
+        baseline = next(key for key in r if key.startswith("loss_vs_"))[len("loss_vs_"):]
+        rows.append([r["features"], r["coupling"], r["loss"], f"{_cell(ratio)} (vs {baseline})"])
+    return _table(["features", "coupling", "training kernel RMSE", "ratio"], rows)
+
+
+# ---------------------------------------------------------------- README summary
+COUPLING_ORDER = ("iid", "antithetic", "sigma")
+README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def _triple(values: list[Any]) -> str:
+    return " / ".join(_cell(value["mean"] if isinstance(value, dict) else value) for value in values)
+
+
+def readme_summary() -> str:
+    """Condensed tables for the README (every number is in the full tables of RESULTS.md)."""
+    parts = []
+    mesh_rows = []
+    for path in sorted(RESULTS.glob("mesh_*.json")):
+        report = json.loads(path.read_text())
+        for name, info in report["meshes"].items():
+            def pick(metric: str, walkers: int) -> str:
+                return _triple([next(r[metric] for r in report["results"] if r.get("mesh", name) == name
+                                     and r["walkers"] == walkers and r["coupling"] == c) for c in COUPLING_ORDER])
+            mesh_rows.append([f"{name} ({info['nodes']})", pick("gram_error", 16), pick("test_rmse", 16),
+                              info["exact_test_rmse"], pick("kl", 16), pick("kl", 64)])
+    if mesh_rows:
+        parts.append("**Mesh interpolation** (`gp-couple mesh`, app:grf_gp_details; i.i.d. / antithetic / σ, "
+                     "means over 10 repeats):\n\n" + _table(
+                         ["mesh (faces)", "Gram error, m = 16", "test RMSE, m = 16", "exact-GP RMSE",
+                          "KL to exact, m = 16", "KL to exact, m = 64"], mesh_rows))
+    gram_rows = []
+    for path in sorted(RESULTS.glob("grf_gram_*.json")):
+        report = json.loads(path.read_text())
+        for p_halt in (0.3, 0.5):
+            here = {r["coupling"]: r["error"] for r in report["results"] if r["kernel"] == "regularised-laplacian"
+                    and r["walkers"] == 2 and r["p_halt"] == p_halt}
+            if len(here) == 3:
+                gram_rows.append([f"{report['graph']['spec']} ({report['graph']['nodes']})", p_halt,
+                                  _triple([here[c] for c in COUPLING_ORDER])])
+    if gram_rows:
+        parts.append("**Gram-matrix estimation** (`gp-couple grf-gram`, fig:grfs_more_graphs; 2-regularised "
+                     "Laplacian, m = 2 walkers, relative Frobenius error, i.i.d. / antithetic / σ):\n\n"
+                     + _table(["graph (nodes)", "p_halt", "Gram error"], gram_rows))
+    report = _load("pagerank.json")
+    if report:
+        rows = []
+        for graph in report["graphs"]:
+            here = {(r["p_halt"], r["coupling"]): r for r in report["results"] if r["graph"] == graph}
+            rows.append([graph] + [_triple([here[(p, c)]["error"] for c in COUPLING_ORDER]) for p in (0.3, 0.5)])
+        parts.append("**PageRank with two coupled walkers** (`gp-couple pagerank`, app:pagerank; "
+                     "‖ρ − ρ̂‖₂, i.i.d. / antithetic / σ):\n\n" + _table(["graph", "p_halt = 0.3", "p_halt = 0.5"], rows))
+    for path in sorted(RESULTS.glob("kernel_estimation_*.json")):
+        report = json.loads(path.read_text())
+        by_features: dict[str, list[str]] = {}
+        for r in report["results"]:
+            by_features.setdefault(r["features"], []).append(f"{r['coupling']} {_cell(r['kernel_rmse_vs_iid']['mean'])}")
+        rows = [[features.upper(), ", ".join(entries)] for features, entries in by_features.items()]
+        parts.append(f"**Kernel estimation on UCI {report['dataset']}** (`gp-couple kernel-estimation`, tab:rff; "
+                     f"kernel RMSE relative to i.i.d., {report['settings']['splits']} splits):\n\n"
+                     + _table(["features", "coupling: RMSE / iid"], rows))
+    return "\n\n".join(parts)
+
+
+def update_readme(path: Path) -> None:
+    text = path.read_text()
+    start, end = text.index(README_START) + len(README_START), text.index(README_END)
+    path.write_text(text[:start] + "\n" + readme_summary() + "\n" + text[end:])
+
+
 SECTIONS: dict[str, Callable[[], str]] = {"walks": walks, "graph_gp": graph_gp, "grf_gram": grf_gram,
-                                          "pagerank": pagerank, "mesh": mesh, "traffic": traffic}
+                                          "pagerank": pagerank, "mesh": mesh, "traffic": traffic,
+                                          "kernel_estimation": kernel_estimation, "attention": attention,
+                                          "copula_learning": copula_learning}
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--update-readme"]:
+        update_readme(RESULTS.parents[1] / "README.md")
+        sys.exit()
     for section in sys.argv[1:] or list(SECTIONS):
         text = SECTIONS[section]()
         if text:

@@ -48,7 +48,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._random import SeedLike, as_numpy_generator
+from .._counter_random import geometric_lengths
+from .._random import SeedLike, as_numpy_generator, draw_seed
 
 __all__ = [
     "WalkLengthCoupling",
@@ -147,10 +148,9 @@ class IIDLengths(WalkLengthCoupling):
         num_starts = _check_num("num_starts", num_starts, 0)
         num_walkers = _check_num("num_walkers", num_walkers)
         p = check_p_halt(p_halt)
-        rng = as_numpy_generator(seed)
-        # numpy counts trials up to the first success (support 1, 2, ...); a walk's
-        # length is the number of moves before halting (support 0, 1, ...).
-        return rng.geometric(p, size=(num_starts, num_walkers)) - 1
+        # Compiled inverse-CDF draws from counter-based streams: several times faster
+        # than numpy's geometric sampler, which dominated small feature builds.
+        return geometric_lengths(draw_seed(seed), p, (num_starts, num_walkers))
 
 
 class PairedWalkLengthCoupling(WalkLengthCoupling):

@@ -8,58 +8,11 @@ which other start nodes are sampled in the same call.
 
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
-
 import numba
 import numpy as np
 from numba import njit, prange
 
-#: Below this many walk steps a kernel runs on the calling thread only: waking the
-#: thread pool costs more than the work, and far more when the machine is busy.
-SERIAL_WORK_LIMIT = 1 << 16
-
-
-@contextlib.contextmanager
-def threads_for(work: int) -> Iterator[None]:
-    """Run the kernels called inside on one thread when ``work`` is small.
-
-    ``numba.set_num_threads`` is thread-local, and results do not depend on the thread
-    count (counter-based randomness), so this only changes speed.
-    """
-    if work >= SERIAL_WORK_LIMIT:
-        yield
-        return
-    previous = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(previous)
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_TO_UNIT = 1.0 / 9007199254740992.0  # 2**-53
-
-
-@njit(inline="always", cache=True)
-def _mix(z: np.uint64) -> np.uint64:
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
-
-
-@njit(inline="always", cache=True)
-def _stream_start(seed: np.uint64, walker: np.uint64) -> np.uint64:
-    return _mix(seed ^ _mix(walker * _GOLDEN + _GOLDEN))
-
-
-@njit(inline="always", cache=True)
-def _next_unit(state: np.uint64) -> tuple[np.uint64, float]:
-    state = state + _GOLDEN
-    return state, float(_mix(state) >> np.uint64(11)) * _TO_UNIT
-
+from .._counter_random import SERIAL_WORK_LIMIT, next_unit, stream_start, threads_for
 
 @njit(inline="always", cache=True)
 def _write_row_walks(indptr, indices, ratios, degrees, start, row_lengths, seed_u, inv_keep,
@@ -80,11 +33,11 @@ def _write_row_walks(indptr, indices, ratios, degrees, start, row_lengths, seed_
         length = row_lengths[k]
         if length == 0:
             continue
-        state = _stream_start(seed_u, base + np.uint64(k))
+        state = stream_start(seed_u, base + np.uint64(k))
         current = start
         load = inv_walkers
         for t in range(1, length + 1):
-            state, u = _next_unit(state)
+            state, u = next_unit(state)
             edge = indptr[current] + np.int64(u * degrees[current])
             load *= ratios[edge] * inv_keep
             current = indices[edge]
@@ -120,9 +73,9 @@ def walk_endpoints(indptr, indices, degrees, starts, lengths, seed, out_endpoint
             length = lengths[r, k]
             current = start
             if length > 0:
-                state = _stream_start(seed_u, base + np.uint64(k))
+                state = stream_start(seed_u, base + np.uint64(k))
                 for _ in range(length):
-                    state, u = _next_unit(state)
+                    state, u = next_unit(state)
                     current = indices[indptr[current] + np.int64(u * degrees[current])]
             out_endpoints[r, k] = current
 
@@ -137,10 +90,10 @@ def gather_ceiling(indptr, indices, degrees, starts, lengths, seed, out_sink):  
         acc = 0
         base = np.uint64(start) * np.uint64(num_walkers)
         for k in range(num_walkers):
-            state = _stream_start(seed_u, base + np.uint64(k))
+            state = stream_start(seed_u, base + np.uint64(k))
             current = start
             for _ in range(lengths[r, k]):
-                state, u = _next_unit(state)
+                state, u = next_unit(state)
                 current = indices[indptr[current] + np.int64(u * degrees[current])]
             acc += current
         out_sink[r] = acc

@@ -23,14 +23,18 @@ between the two (e.g. train a GRF-GP, then load its hyperparameters into the exa
 to measure the KL divergence to the true posterior, app:grf_gp_details).
 
 Inputs are node indices: tensors of shape ``(..., n, 1)``, floating point (integer
-valued) or integer. Batched inputs must hold the same nodes in every batch entry
-(the features share one sparsity pattern); hyperparameter batches are free.
+valued) or integer. Batched inputs that hold the same nodes in every batch entry (the
+usual case: hyperparameter batches, e.g. Pyro samples) share one feature pattern;
+batch entries with different nodes are also exact and sparse, on a pattern padded to
+the union of their rows (so it grows with the batch). Both kernels pass gpytorch's
+``BaseKernelTestCase``.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from copy import deepcopy
 from typing import Any
 
 import numpy as np
@@ -112,14 +116,17 @@ class GraphNodeKernel(Kernel):
         """Number of graph nodes :math:`N`."""
         return self._graph.num_nodes
 
-    def node_indices(self, x: Tensor, name: str = "x") -> Tensor:
-        """Validate node-index inputs ``(..., n, 1)`` and return them as int64 ``(n,)``.
+    def node_indices(self, x: Tensor, name: str = "x", *, allow_batch: bool = False) -> Tensor:
+        """Validate node-index inputs ``(..., n, 1)`` and return them as int64.
 
         :param x: Node indices (integer dtype, or floating point with integer values).
         :param name: Argument name used in error messages.
+        :param allow_batch: Return ``(..., n)`` when batch entries hold different nodes
+            (otherwise that is an error). Batch entries that all hold the same nodes
+            always give ``(n,)``: the fast path, one feature pattern for every entry.
         :raises TypeError: If ``x`` is not a real tensor.
         :raises ValueError: If the shape is wrong, an index is not an integer, lies
-            outside ``[0, num_nodes)``, or batch entries hold different nodes.
+            outside ``[0, num_nodes)``, or batch entries differ without ``allow_batch``.
         """
         if not isinstance(x, Tensor):
             raise TypeError(f"{name} must be a tensor of node indices, got {type(x).__name__}")
@@ -130,10 +137,11 @@ class GraphNodeKernel(Kernel):
             raise ValueError(f"{name} must have shape (..., n, 1) with one node index per row, "
                              f"got shape {tuple(x.shape)}")
         flat = x[..., 0].reshape(-1, x.shape[-2])
-        index = flat[0]
-        if flat.shape[0] > 1 and not bool((flat == index).all()):
-            raise ValueError(f"{name} must hold the same nodes in every batch entry (the GRF features "
-                             "share one sparsity pattern); batch the hyperparameters instead")
+        shared = flat.shape[0] <= 1 or bool((flat == flat[0]).all())
+        if not shared and not allow_batch:
+            raise ValueError(f"{name} must hold the same nodes in every batch entry here; "
+                             "pass allow_batch=True to get one row of indices per batch entry")
+        index = flat[0] if shared else flat
         if index.dtype.is_floating_point:
             if not bool(torch.isfinite(index).all()):
                 raise ValueError(f"{name} contains NaN or infinite node indices")
@@ -150,7 +158,38 @@ class GraphNodeKernel(Kernel):
             if low < 0 or high >= self.num_nodes:
                 bad = low if low < 0 else high
                 raise ValueError(f"{name} contains node index {bad} outside [0, {self.num_nodes})")
-        return index
+        return index if shared else index.reshape(x.shape[:-1])
+
+    # Hyperparameters live in the graph_kernel submodule and the walk buffers have no
+    # batch dimension, so gpytorch's generic versions (which reshape the kernel's own
+    # parameters and every buffer) do not apply.
+    def _with_hyper_batch(self, transform: Any) -> GraphNodeKernel:
+        new_kernel = deepcopy(self)
+        for parameter in new_kernel.graph_kernel.parameters():
+            parameter.data = transform(parameter.data)
+        hyper_batch = transform(torch.empty(*self.graph_kernel.batch_shape, 0)).shape[:-1]
+        new_kernel.graph_kernel._batch_shape = hyper_batch
+        new_kernel.batch_shape = hyper_batch
+        return new_kernel
+
+    def __getitem__(self, index: Any) -> GraphNodeKernel:
+        """A kernel whose hyperparameters are ``index`` of this one's batch (gpytorch's contract)."""
+        if len(self.batch_shape) == 0:
+            return self
+        index = (index if isinstance(index, tuple) else (index,)) + (slice(None),)
+        return self._with_hyper_batch(lambda tensor: tensor[index])
+
+    def expand_batch(self, *sizes: Any) -> GraphNodeKernel:
+        """A kernel whose hyperparameters are expanded to the batch shape ``sizes``."""
+        batch = torch.Size(sizes[0] if len(sizes) == 1 and not isinstance(sizes[0], int) else sizes)
+        if batch == self.batch_shape:
+            return self
+        try:
+            torch.broadcast_shapes(batch, self.batch_shape, self.graph_kernel.batch_shape)
+        except RuntimeError as error:
+            raise ValueError(f"cannot expand a kernel with batch shape {tuple(self.batch_shape)} to "
+                             f"{tuple(batch)}") from error
+        return self._with_hyper_batch(lambda tensor: tensor.expand(*batch, tensor.shape[-1]))
 
     def _output_batch(self, hyper_batch: torch.Size, x1: Tensor, x2: Tensor) -> torch.Size:
         try:
@@ -422,6 +461,31 @@ class GRFKernel(GraphNodeKernel):
         values = self.feature_values() if values is None else values
         return SparseFeatureLinearOperator(values[..., slots], pattern=pattern)
 
+    def _batched_feature_operator(self, nodes: Tensor, values: Tensor, batch: torch.Size,
+                                  name: str) -> SparseFeatureLinearOperator:
+        r"""Feature rows for node indices that differ across the batch (``(*batch, n, N)``).
+
+        Row :math:`i` of the shared pattern holds the union of the columns of row
+        :math:`i` over all batch entries; each entry stores zeros where its own row has
+        no entry. Exact, and never dense, but the pattern grows with the batch, so
+        inputs that share their nodes across the batch take the faster path.
+        """
+        n = nodes.shape[-1]
+        entry_nodes = nodes.expand(*batch, n).reshape(-1)
+        entry_values = values.expand(*batch, values.shape[-1]).reshape(-1, values.shape[-1])
+        pattern, slots = self._pattern().select_rows(self.rows(entry_nodes, name))
+        owner = pattern.row_indices  # (batch entry) * n + position
+        entry, position = owner // n, owner % n
+        union_keys, union_slot = torch.unique(position * self.num_nodes + pattern.columns, sorted=True,
+                                              return_inverse=True)
+        union_rows = union_keys // self.num_nodes
+        pointer = torch.zeros(n + 1, dtype=torch.int64, device=union_keys.device)
+        pointer[1:] = torch.bincount(union_rows, minlength=n).cumsum(0)
+        union = CSRPattern(pointer, union_keys % self.num_nodes, self.num_nodes, validate=False)
+        padded = entry_values.new_zeros(entry_values.shape[0], union_keys.numel())
+        padded = padded.index_put((entry, union_slot), entry_values[entry, slots])
+        return SparseFeatureLinearOperator(padded.reshape(*batch, -1), pattern=union)
+
     def _selection(self, rows: Tensor) -> tuple[CSRPattern, Tensor]:
         # Training evaluates the kernel on the same rows every iteration: remembering
         # the selected pattern also keeps its cached transpose for the CG products.
@@ -442,17 +506,22 @@ class GRFKernel(GraphNodeKernel):
                 **params: Any) -> LinearOperator | Tensor:
         self._check_forward_args(last_dim_is_batch)
         same = x1 is x2 or (x1.shape == x2.shape and torch.equal(x1, x2))
-        nodes1 = self.node_indices(x1, "x1")
-        nodes2 = nodes1 if same else self.node_indices(x2, "x2")
+        nodes1 = self.node_indices(x1, "x1", allow_batch=True)
+        nodes2 = nodes1 if same else self.node_indices(x2, "x2", allow_batch=True)
         values = self.feature_values()
         batch = self._output_batch(values.shape[:-1], x1, x2)
-        left = self.feature_operator(nodes1, values, "x1")
-        gram = GRFGramLinearOperator(left) if same else \
-            GRFGramLinearOperator(left, self.feature_operator(nodes2, values, "x2"))
+        if nodes1.ndim > 1 or nodes2.ndim > 1:
+            # Different nodes per batch entry: one padded pattern for the whole batch.
+            left = self._batched_feature_operator(nodes1, values, batch, "x1")
+            right = left if same else self._batched_feature_operator(nodes2, values, batch, "x2")
+        else:
+            left = self.feature_operator(nodes1, values, "x1")
+            right = left if same else self.feature_operator(nodes2, values, "x2")
+        gram = GRFGramLinearOperator(left) if right is left else GRFGramLinearOperator(left, right)
         if diag:
-            if nodes1.numel() != nodes2.numel():
-                raise ValueError(f"diag=True needs x1 and x2 of equal length, got {nodes1.numel()} "
-                                 f"and {nodes2.numel()}")
+            if nodes1.shape[-1] != nodes2.shape[-1]:
+                raise ValueError(f"diag=True needs x1 and x2 of equal length, got {nodes1.shape[-1]} "
+                                 f"and {nodes2.shape[-1]}")
             diagonal = gram._diagonal()
             return diagonal.expand(*batch, diagonal.shape[-1])
         return gram if gram.batch_shape == batch else gram._expand_batch(batch)
@@ -509,8 +578,8 @@ class ExactGraphKernel(GraphNodeKernel):
     def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, last_dim_is_batch: bool = False,
                 **params: Any) -> Tensor:
         self._check_forward_args(last_dim_is_batch)
-        nodes1 = self.node_indices(x1, "x1")
-        nodes2 = self.node_indices(x2, "x2")
+        nodes1 = self.node_indices(x1, "x1", allow_batch=True)
+        nodes2 = self.node_indices(x2, "x2", allow_batch=True)
         eigenvalues, eigenvectors = normalized_adjacency_eigh(self._graph)
         dtype = self.dtype
         spectrum = self.graph_kernel.spectrum(eigenvalues.to(dtype=dtype, device=x1.device))
@@ -519,11 +588,11 @@ class ExactGraphKernel(GraphNodeKernel):
         left, right = eigenvectors[nodes1], eigenvectors[nodes2]
         batch = self._output_batch(spectrum.shape[:-1], x1, x2)
         if diag:
-            if nodes1.numel() != nodes2.numel():
-                raise ValueError(f"diag=True needs x1 and x2 of equal length, got {nodes1.numel()} "
-                                 f"and {nodes2.numel()}")
+            if nodes1.shape[-1] != nodes2.shape[-1]:
+                raise ValueError(f"diag=True needs x1 and x2 of equal length, got {nodes1.shape[-1]} "
+                                 f"and {nodes2.shape[-1]}")
             result = ((left * right) * spectrum.unsqueeze(-2)).sum(-1)
         else:
-            result = (left * spectrum.unsqueeze(-2)) @ right.T
+            result = (left * spectrum.unsqueeze(-2)) @ right.transpose(-1, -2)
         result = result.to(dtype)
         return result.expand(*batch, *result.shape[-(1 if diag else 2):])
