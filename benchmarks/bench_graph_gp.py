@@ -101,10 +101,10 @@ def run_gp(method: str, spec: str, walkers: int, p_halt: float, iterations: int,
     model = GraphGP(train, torch.as_tensor(observed[train], dtype=torch.float32), likelihood, kernel)
     with grf_gp_settings():
         start = time.perf_counter()
-        losses = fit_gp(model, likelihood, iterations=iterations, lr=0.05)
+        losses = fit_gp(model, likelihood, iterations=iterations, lr=0.05, seed=seed)
         training = time.perf_counter() - start
         start = time.perf_counter()
-        mean, variance = predict(model, likelihood, test, fast=True)
+        mean, variance = predict(model, likelihood, test, fast=True, seed=seed)
         prediction = time.perf_counter() - start
     result = {"method": method, "setup_s": setup, "train_s": training, "predict_s": prediction,
               "total_s": setup + training + prediction, "peak_gb": peak_increase(baseline),

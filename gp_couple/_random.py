@@ -7,7 +7,8 @@ seed gives the same result whichever entry point is used.
 
 from __future__ import annotations
 
-from typing import Union
+import contextlib
+from typing import Iterator, Union
 
 import numpy as np
 import torch
@@ -69,3 +70,20 @@ def as_torch_generator(seed: SeedLike, device: torch.device | str | None = None)
     generator = torch.Generator(device=device if device is not None else "cpu")
     generator.manual_seed(draw_seed(seed))
     return generator
+
+
+@contextlib.contextmanager
+def seeded_torch_rng(seed: SeedLike) -> Iterator[None]:
+    """Seed torch's global CPU generator from ``seed`` inside the block, restoring it after.
+
+    gpytorch draws its CG probe vectors and Lanczos start vectors from the global
+    generator, so training and fast predictive variances are only reproducible when
+    it is seeded; forking keeps the caller's global state untouched. ``None`` leaves
+    the global generator as it is.
+    """
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(draw_seed(seed))
+        yield

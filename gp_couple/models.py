@@ -28,6 +28,7 @@ from gpytorch.likelihoods import Likelihood
 from gpytorch.means import Mean, ZeroMean
 from torch import Tensor
 
+from ._random import SeedLike, seeded_torch_rng
 from .kernels.grf import GraphNodeKernel, GRFKernel
 
 __all__ = ["GraphGP", "fit_gp", "predict", "node_index_array"]
@@ -181,7 +182,7 @@ def _check_pair(model: gpytorch.models.ExactGP, likelihood: Likelihood) -> None:
 
 
 def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations: int, lr: float = 0.01,
-           callback: Callable[[int, float], bool | None] | None = None) -> list[float]:
+           callback: Callable[[int, float], bool | None] | None = None, seed: SeedLike = None) -> list[float]:
     r"""Maximise the exact marginal log-likelihood with Adam (app:grf_gp_details).
 
     Every iteration evaluates :math:`-\log p(\mathbf y \mid \theta) / n` on the training
@@ -195,6 +196,9 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     :param lr: Adam learning rate.
     :param callback: Called as ``callback(step, loss)`` after each step; returning
         ``True`` stops training early.
+    :param seed: Seeds the random probe vectors of CG/Lanczos training (drawn from
+        torch's global generator, which is restored afterwards), so that training is
+        reproducible; ``None`` uses the global generator as it is.
     :return: The loss before each step (negative MLL per data point).
     :raises FloatingPointError: If the loss becomes NaN or infinite.
     """
@@ -211,24 +215,25 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     optimizer = torch.optim.Adam(model.parameters(), lr=float(lr))
     history: list[float] = []
     try:
-        for step in range(int(iterations)):
-            optimizer.zero_grad()
-            loss = -mll(model(*model.train_inputs), model.train_targets).sum()
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                raise FloatingPointError(f"the training loss became {value} at step {step}")
-            loss.backward()
-            optimizer.step()
-            history.append(value)
-            if callback is not None and callback(step, value) is True:
-                break
+        with seeded_torch_rng(seed):
+            for step in range(int(iterations)):
+                optimizer.zero_grad()
+                loss = -mll(model(*model.train_inputs), model.train_targets).sum()
+                value = float(loss.detach())
+                if not math.isfinite(value):
+                    raise FloatingPointError(f"the training loss became {value} at step {step}")
+                loss.backward()
+                optimizer.step()
+                history.append(value)
+                if callback is not None and callback(step, value) is True:
+                    break
     finally:
         model.train(was_training)
     return history
 
 
 def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, *, fast: bool = False,
-            noise: bool = True) -> tuple[Tensor, Tensor]:
+            noise: bool = True, seed: SeedLike = None) -> tuple[Tensor, Tensor]:
     r"""Predictive mean and variance at ``nodes`` (no gradients).
 
     :param model: A trained :class:`GraphGP` (or any ExactGP on node-index inputs).
@@ -237,6 +242,8 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
     :param fast: Use gpytorch's ``fast_pred_var`` (Lanczos) for the variances.
     :param noise: Return the variance of noisy observations :math:`y_*` (default,
         what NLPD needs); ``False`` returns the latent :math:`g(v_*)` variance.
+    :param seed: Seeds the random vectors of CG/Lanczos solves and ``fast`` variances
+        (torch's global generator is restored afterwards); ``None`` uses it as it is.
     :return: ``(mean, variance)``, each of shape ``(n,)`` (plus any batch shape).
     """
     _check_pair(model, likelihood)
@@ -247,7 +254,7 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), gpytorch.settings.fast_pred_var(bool(fast)):
+        with torch.no_grad(), gpytorch.settings.fast_pred_var(bool(fast)), seeded_torch_rng(seed):
             latent = model(inputs)
             output = likelihood(latent) if noise else latent
             mean, variance = output.mean, output.variance

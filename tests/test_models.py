@@ -77,6 +77,25 @@ def test_fit_gp_decreases_loss_and_restores_mode():
     assert len(short) == 3 and stops == [0, 1, 2]
 
 
+def test_seeded_cg_training_and_fast_prediction_are_reproducible_and_leave_global_rng():
+    def run():
+        model = build()
+        with gpytorch.settings.max_cholesky_size(0):
+            history = fit_gp(model, model.likelihood, iterations=5, lr=0.1, seed=3)
+            _, variance = predict(model, model.likelihood, [1, 3, 5], fast=True, seed=3)
+        return history, variance
+
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    first = run()
+    assert torch.equal(torch.rand(3), expected_next)  # the global generator is untouched
+    torch.manual_seed(999)  # a different global state must not matter
+    second = run()
+    assert first[0] == second[0]
+    assert torch.equal(first[1], second[1])
+
+
 @pytest.mark.parametrize("kwargs, error", [
     ({"iterations": -1}, ValueError), ({"iterations": 1.5}, ValueError),
     ({"iterations": 1, "lr": 0.0}, ValueError), ({"iterations": 1, "callback": 3}, TypeError),

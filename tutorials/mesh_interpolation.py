@@ -46,7 +46,7 @@ def make_model(base_kernel: gpytorch.kernels.Kernel) -> GraphGP:
 model = make_model(GRFKernel(graph, num_walkers=8, p_halt=0.4, graph_kernel=Diffusion(1.0),
                              nodes=np.concatenate([train, test]), seed=0))
 with grf_gp_settings():  # recommended settings, restored on exit
-    losses = fit_gp(model, model.likelihood, iterations=iterations, lr=0.05)
+    losses = fit_gp(model, model.likelihood, iterations=iterations, lr=0.05, seed=0)
     mean, variance = predict(model, model.likelihood, test)
 kernel = model.covar_module
 print(f"trained: loss {losses[0]:.3f} -> {losses[-1]:.3f}, gamma={kernel.base_kernel.graph_kernel.gamma.item():.3f}, "

@@ -98,7 +98,8 @@ def train_hyperparameters(graph: Graph, train_nodes: np.ndarray, train_targets: 
     model = GraphGP(torch.as_tensor(train_nodes), torch.as_tensor(train_targets, dtype=torch.float32),
                     likelihood, kernel)
     with grf_gp_settings():
-        losses = fit_gp(model, likelihood, iterations=protocol.train_iterations, lr=protocol.learning_rate)
+        losses = fit_gp(model, likelihood, iterations=protocol.train_iterations, lr=protocol.learning_rate,
+                        seed=protocol.seed)
     return TrainedHyperparameters(
         outputscale=float(kernel.outputscale.detach()),
         gamma=float(kernel.base_kernel.graph_kernel.gamma.detach()),
