@@ -8,6 +8,7 @@ NAME ARGS_JSON``) so that its peak resident memory is its own; the peak is reset
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any, Callable
@@ -50,3 +51,14 @@ def dispatch_worker(argv: list[str], namespace: dict[str, Any]) -> bool:
         return False
     print(json.dumps(namespace[argv[1]](*json.loads(argv[2]))))
     return True
+
+
+def emit_report(report: dict[str, Any], json_out: str | None) -> dict[str, Any]:
+    """Print ``report`` as indented JSON and, if given, write it to ``json_out``."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(json_out)), exist_ok=True)
+        with open(json_out, "w") as out:
+            out.write(text + "\n")
+    return report

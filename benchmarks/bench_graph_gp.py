@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import dispatch_worker, peak_increase, reset_peak, run_in_subprocess  # noqa: E402
+from _measure import dispatch_worker, emit_report, peak_increase, reset_peak, run_in_subprocess  # noqa: E402
 
 
 def problem(spec: str, seed: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -211,13 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rows.append(row)
     report = {"benchmark": "graph_gp", "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
               "config": vars(args), "results": rows}
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json_out:
-        os.makedirs(os.path.dirname(args.json_out) or ".", exist_ok=True)
-        with open(args.json_out, "w") as out:
-            out.write(text + "\n")
-    return report
+    return emit_report(report, args.json_out)
 
 
 if __name__ == "__main__":

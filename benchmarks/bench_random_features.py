@@ -38,23 +38,11 @@ import sys
 import time
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _measure import emit_report, peak_increase, reset_peak  # noqa: E402
+
 COUPLINGS = ("iid", "halton", "sobol", "orthogonal", "pnc", "pm", "antithetic", "copula")
 MODELS = ("coupled-rff", "gpytorch-rff", "exact-rbf")
-
-
-def _memory_gb(field: str) -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field):
-                return int(line.split()[1]) / 1e6
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def _reset_peak_memory() -> float:
-    """Reset the peak-RSS counter (VmHWM) and return the current RSS in GB."""
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
-    return _memory_gb("VmRSS")
 
 
 def _data(num_points: int, dim: int, seed: int):  # type: ignore[no-untyped-def]
@@ -120,7 +108,7 @@ def worker(config: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(config["threads"])
     torch.manual_seed(config["seed"])
     x, y, test = _data(config["num_points"], config["dim"], config["seed"])
-    baseline = _reset_peak_memory()
+    baseline = reset_peak()
     model = _model(config["model"], x, y, config["num_features"], config.get("coupling", "pnc"), config["seed"])
     model.train()
     step = _trainer(model)
@@ -137,7 +125,7 @@ def worker(config: dict[str, Any]) -> dict[str, Any]:
     return {"model": config["model"], "num_points": config["num_points"],
             "step_seconds_median": statistics.median(steps), "step_seconds": steps,
             "first_prediction_seconds": predictions[0], "repeat_prediction_seconds": predictions[1],
-            "peak_memory_increase_gb": max(_memory_gb("VmHWM") - baseline, 0.0)}
+            "peak_memory_increase_gb": peak_increase(baseline)}
 
 
 def _run_worker(config: dict[str, Any]) -> dict[str, Any]:
@@ -267,13 +255,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report["couplings"] = bench_couplings(args)
     if "draws" in args.parts:
         report["draws"] = bench_draws(args)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-        with open(args.json_out, "w") as handle:
-            handle.write(text + "\n")
-    return report
+    return emit_report(report, args.json_out)
 
 
 if __name__ == "__main__":
