@@ -53,7 +53,7 @@ def problem(spec: str, seed: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarr
         train, test = split_test_nodes(mesh.graph.num_nodes, seed=seed)
         targets = np.asarray(mesh.targets)
         return mesh.graph, targets, targets, train, test
-    from gp_couple.experiments._graphs import resolve_graph
+    from gp_couple.datasets import resolve_graph
 
     graph = resolve_graph(spec)
     rng = np.random.default_rng(seed)

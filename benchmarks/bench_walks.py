@@ -24,7 +24,16 @@ a fresh subprocess so that peak memory is clean:
 All compared runs use the same maximum walk length (``--max-length``, default: the
 0.999999-quantile of the length distribution). Prints one JSON document.
 
+With ``--proposals`` it measures instead the neighbour proposals and direction couplings
+on weighted graphs (procedural graphs get i.i.d. log-normal edge weights with
+``--weight-sigma``; ``traffic`` is the San Jose highway graph): the sampler kernel's walk
+steps per second with the uniform and the weighted proposal, each with independent and
+repelling directions, on the same lengths, the variants alternated within each repeat
+(best of ``--repeats``), and ratios to uniform independent walks.
+
 Run: ``python benchmarks/bench_walks.py --json-out benchmarks/results/walks_float32.json``
+or ``python benchmarks/bench_walks.py --proposals --graphs grid:316x316 traffic --json-out
+benchmarks/results/walks_proposals.json``
 """
 
 from __future__ import annotations
@@ -45,9 +54,73 @@ from _measure import dispatch_worker, emit_report, peak_increase, reset_peak, ru
 
 
 def _graph(spec: str):
-    from gp_couple.experiments._graphs import resolve_graph
+    from gp_couple.datasets import resolve_graph
 
     return resolve_graph(spec)
+
+
+def _weighted_graph(spec: str, sigma: float):
+    """``traffic``: the San Jose graph; otherwise ``spec`` with i.i.d. log-normal(0, sigma) edge weights."""
+    from gp_couple.graphs import Graph
+
+    if spec == "traffic":
+        from gp_couple.datasets import load_traffic
+
+        return load_traffic().graph
+    graph = _graph(spec)
+    upper = graph.adjacency.tocoo()
+    keep = upper.row < upper.col
+    weights = np.random.default_rng(0).lognormal(0.0, sigma, int(keep.sum()))
+    return Graph.from_edges(np.stack([upper.row[keep], upper.col[keep]], axis=1), weights=weights,
+                            num_nodes=graph.num_nodes)
+
+
+def measure_proposals(spec: str, p_halt: float, walkers: int, max_length: int, repeats: int,
+                      sigma: float) -> dict[str, Any]:
+    from gp_couple.couplings import IIDWalkLengthCoupling
+    from gp_couple.couplings.proposals import get_proposal
+    from gp_couple.features import _walk_kernels as kernels
+
+    graph = _weighted_graph(spec, sigma)
+    starts = np.arange(graph.num_nodes, dtype=np.int64)
+    lengths = np.minimum(IIDWalkLengthCoupling().sample_lengths(graph.num_nodes, walkers, p_halt, seed=1),
+                         max_length)
+    steps = int(lengths.sum())
+    indptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
+    np.cumsum(1 + lengths.sum(axis=1), out=indptr[1:])
+    outputs = (np.zeros(int(indptr[-1]), dtype=graph.indices.dtype), np.zeros(int(indptr[-1]), dtype=np.uint16),
+               np.zeros(int(indptr[-1]), dtype=np.float64))
+    variants = {}
+    for proposal in ("uniform", "weighted"):
+        tables = get_proposal(proposal).tables(graph)
+        for directions, repelling in (("independent", False), ("repelling", True)):
+            def run(tables=tables, repelling=repelling) -> None:
+                kernels.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+                                  tables.choice_degrees, starts, lengths, 7, 1.0 / (1.0 - p_halt),
+                                  1.0 / walkers, repelling, indptr, *outputs)
+
+            run()  # compile / load from the numba cache, touch the outputs
+            variants[f"{proposal}_{directions}"] = run
+    best = {name: math.inf for name in variants}
+    for _ in range(repeats):
+        # Alternating the variants spreads the machine's load drift over all of them.
+        for name, run in variants.items():
+            start = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - start)
+    weights = graph.weights
+    result: dict[str, Any] = {
+        "graph": spec, "nodes": graph.num_nodes, "edges": graph.num_edges, "p_halt": p_halt,
+        "walkers": walkers, "max_length": max_length, "walk_steps": steps,
+        "weights": "San Jose traffic" if spec == "traffic" else f"lognormal(0, {sigma:g})",
+        "weight_range": [float(weights.min()), float(weights.max())]}
+    for name, seconds in best.items():
+        result[f"{name}_steps_per_s"] = steps / seconds
+    baseline = result["uniform_independent_steps_per_s"]
+    for name in best:
+        if name != "uniform_independent":
+            result[f"{name}_vs_uniform"] = result[f"{name}_steps_per_s"] / baseline
+    return result
 
 
 def default_max_length(p_halt: float) -> int:
@@ -85,10 +158,11 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
             fgg_full_limit: int, repeats: int, dtype_name: str = "float64") -> dict[str, Any]:
     import torch
 
-    from gp_couple.couplings import IIDLengths
+    from gp_couple.couplings import IIDWalkLengthCoupling
     from gp_couple.features import _walk_kernels as kernels
     from gp_couple.features.grf import GraphRandomFeatures
-    from gp_couple.features.walks import walk_ratios, walk_with_lengths
+    from gp_couple.couplings.proposals import get_proposal
+    from gp_couple.features.walks import walk_with_lengths
 
     dtype = getattr(torch, dtype_name)
     graph = _graph(spec)
@@ -99,7 +173,7 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
     sink = np.empty(10, dtype=np.int64)
     kernels.gather_ceiling(graph.indptr, graph.indices, graph.degrees, starts[:10],
                            np.ones((10, 2), dtype=np.int64), 1, sink)
-    lengths = np.minimum(IIDLengths().sample_lengths(graph.num_nodes, walkers, p_halt, seed=1), max_length)
+    lengths = np.minimum(IIDWalkLengthCoupling().sample_lengths(graph.num_nodes, walkers, p_halt, seed=1), max_length)
     steps = int(lengths.sum())
     result: dict[str, Any] = {"graph": spec, "nodes": graph.num_nodes, "edges": graph.num_edges,
                               "p_halt": p_halt, "walkers": walkers, "max_length": max_length,
@@ -116,7 +190,6 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
     sink = np.empty(graph.num_nodes, dtype=np.int64)
     ceiling = best_of(lambda: kernels.gather_ceiling(graph.indptr, graph.indices, graph.degrees,
                                                       starts, lengths, 7, sink))
-    ratios = walk_ratios(graph)
     # The sampler kernel writing into output buffers that were allocated and touched
     # once, like the ceiling's sink: first-touch page faults of a fresh ~200 MB output
     # vary several-fold between runs on this VM and are not sampling work.
@@ -124,9 +197,10 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
     np.cumsum(1 + lengths.sum(axis=1), out=indptr[1:])
     outputs = (np.zeros(int(indptr[-1]), dtype=graph.indices.dtype), np.zeros(int(indptr[-1]), dtype=np.uint16),
                np.zeros(int(indptr[-1]), dtype=np.float64))
-    sample = best_of(lambda: kernels.walk_rows(graph.indptr, graph.indices, ratios, graph.degrees, starts,
-                                               lengths, 7, 1.0 / (1.0 - p_halt), 1.0 / walkers, indptr,
-                                               *outputs))
+    tables = get_proposal("uniform").tables(graph)
+    sample = best_of(lambda: kernels.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+                                               tables.choice_degrees, starts, lengths, 7, 1.0 / (1.0 - p_halt),
+                                               1.0 / walkers, False, indptr, *outputs))
     sample_api = best_of(lambda: walk_with_lengths(graph, lengths, p_halt, seed=7))
     result.update(ceiling_s=ceiling, sample_s=sample, sample_vs_ceiling=ceiling / sample,
                   sample_steps_per_s=steps / sample, ceiling_steps_per_s=steps / ceiling,
@@ -149,10 +223,10 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
 
 
 def measure_numpy(spec: str, p_halt: float, walkers: int, max_length: int) -> dict[str, Any]:
-    from gp_couple.couplings import IIDLengths
+    from gp_couple.couplings import IIDWalkLengthCoupling
 
     graph = _graph(spec)
-    lengths = np.minimum(IIDLengths().sample_lengths(graph.num_nodes, walkers, p_halt, seed=1), max_length)
+    lengths = np.minimum(IIDWalkLengthCoupling().sample_lengths(graph.num_nodes, walkers, p_halt, seed=1), max_length)
     baseline = reset_peak()
     start = time.perf_counter()
     matrices = numpy_prototype(graph, lengths, p_halt, seed=5)
@@ -207,12 +281,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                         help="weights of the built features (float32: the GP default)")
     parser.add_argument("--skip-numpy", action="store_true")
+    parser.add_argument("--proposals", action="store_true",
+                        help="measure neighbour proposals and repelling walks on weighted graphs instead")
+    parser.add_argument("--weight-sigma", type=float, default=1.0,
+                        help="log-normal sigma of the edge weights given to procedural graphs (--proposals)")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
     rows = []
     for spec in args.graphs:
         for p_halt in args.p_halt:
             max_length = args.max_length or default_max_length(p_halt)
+            if args.proposals:
+                row = run_in_subprocess(__file__, measure_proposals, spec, p_halt, args.walkers, max_length,
+                                        args.repeats, args.weight_sigma)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                rows.append(row)
+                continue
             row = run_in_subprocess(__file__, measure, spec, p_halt, args.walkers, max_length,
                                     args.fgg_nodes, args.fgg_full_limit, args.repeats, args.dtype)
             if not args.skip_numpy:
@@ -227,7 +311,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row["speedup_vs_fgg_full_sampler"] = row["fgg_full_sampler_s"] / row["build_warm_s"]
             print(json.dumps(row), file=sys.stderr, flush=True)
             rows.append(row)
-    report = {"benchmark": "walks", "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+    report = {"benchmark": "walk_proposals" if args.proposals else "walks", "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                                 "platform": platform.platform()},
               "results": rows}
     return emit_report(report, args.json_out)

@@ -13,55 +13,51 @@ Euclidean half: frequency couplings → random Fourier / Laplace features →
 
 from __future__ import annotations
 
-from .couplings import (
-    AntitheticCoupling,
-    AntitheticTermination,
-    FrequencyCoupling,
-    GaussianCopulaCoupling,
-    IIDLengths,
-    PairwiseNormCoupling,
-    SigmaCoupling,
-    WalkLengthCoupling,
-    get_frequency_coupling,
-)
-from .graphs import Graph, grid_graph, icosphere_graph
-from .kernels import CoupledRFFKernel, CoupledRLFKernel, ExactGraphKernel, GRFKernel, fit_coupling
-from .models import GraphGP, fit_gp, predict
-from .modulation import Diffusion, InverseCosine, PowerSeries, PStepRandomWalk, RegularisedLaplacian
-from .operators import GRFGramLinearOperator, SparseFeatureLinearOperator
-from .settings import GRFGPSettings, grf_gp_settings
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Graph",
-    "grid_graph",
-    "icosphere_graph",
-    "Diffusion",
-    "RegularisedLaplacian",
-    "PStepRandomWalk",
-    "InverseCosine",
-    "PowerSeries",
-    "WalkLengthCoupling",
-    "IIDLengths",
-    "AntitheticTermination",
-    "SigmaCoupling",
-    "GRFKernel",
-    "ExactGraphKernel",
-    "FrequencyCoupling",
-    "PairwiseNormCoupling",
-    "GaussianCopulaCoupling",
-    "AntitheticCoupling",
-    "get_frequency_coupling",
-    "CoupledRFFKernel",
-    "CoupledRLFKernel",
-    "fit_coupling",
-    "GRFGramLinearOperator",
-    "SparseFeatureLinearOperator",
-    "GraphGP",
-    "fit_gp",
-    "predict",
-    "GRFGPSettings",
-    "grf_gp_settings",
-    "__version__",
-]
+#: Public names by the submodule that defines them. They are imported on first use
+#: (PEP 562), so that ``import gp_couple`` and ``gp-couple --help`` do not load torch,
+#: gpytorch and numba until something needs them; ``from gp_couple import GRFKernel``
+#: works as usual. Add a new public name here.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "graphs": ("Graph", "grid_graph", "icosphere_graph"),
+    "modulation": ("Diffusion", "RegularisedLaplacian", "PStepRandomWalk", "InverseCosine", "PowerSeries"),
+    "couplings": ("WalkLengthCoupling", "IIDWalkLengthCoupling", "AntitheticWalkLengthCoupling",
+                  "SigmaCoupling", "FrequencyCoupling", "PairwiseNormCoupling", "GaussianCopulaCoupling",
+                  "AntitheticFrequencyCoupling", "get_frequency_coupling"),
+    "kernels": ("GRFKernel", "ExactGraphKernel", "MatrixFreeGraphKernel", "CoupledRFFKernel",
+                "CoupledRLFKernel", "fit_coupling"),
+    "operators": ("GRFGramLinearOperator", "SparseFeatureLinearOperator"),
+    "models": ("GraphGP", "fit_gp", "predict"),
+    "variational": ("GraphVariationalGP",),
+    "settings": ("GRFGPSettings", "grf_gp_settings"),
+    "bayes": ("run_nuts", "load_samples", "posterior_predictive"),
+}
+_SOURCE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = [*_SOURCE, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SOURCE:
+        value = getattr(importlib.import_module(f".{_SOURCE[name]}", __name__), name)
+    else:
+        try:  # a submodule, e.g. gp_couple.couplings after a plain ``import gp_couple``
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            # Old names (renamed so that both coupling families follow one pattern) warn.
+            from ._deprecation import deprecated_aliases
+            from .couplings import __getattr__ as couplings_getattr
+
+            return deprecated_aliases(__name__, couplings_getattr.aliases)(name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -62,16 +62,6 @@ def draw_seed(seed: SeedLike) -> int:
     return int(np.random.SeedSequence(int(seed)).generate_state(1, dtype=np.uint64)[0]) >> 1
 
 
-def as_torch_generator(seed: SeedLike, device: torch.device | str | None = None) -> torch.Generator:
-    """Return a :class:`torch.Generator` for ``seed`` (a torch generator is returned as is)."""
-    _check_seed_type(seed)
-    if isinstance(seed, torch.Generator):
-        return seed
-    generator = torch.Generator(device=device if device is not None else "cpu")
-    generator.manual_seed(draw_seed(seed))
-    return generator
-
-
 @contextlib.contextmanager
 def seeded_torch_rng(seed: SeedLike) -> Iterator[None]:
     """Seed torch's global CPU generator from ``seed`` inside the block, restoring it after.

@@ -26,6 +26,11 @@ Conventions
 * **Duplicate edges** (edge lists, multigraphs) have their weights summed, as
   ``networkx.to_numpy_array`` does.
 * **Zero weights** mean "no edge" and are removed.
+* **Weight range.** Weights must be finite and non-negative, and every weighted degree
+  (row sum of :math:`\mathbf W`) at most :data:`MAX_WEIGHTED_DEGREE` (``1e300``), so that
+  degree sums and the normalisation stay finite in float64. Graph kernels depend only on
+  the ratios of the weights (:math:`\widetilde{\mathbf W}` is invariant to scaling
+  :math:`\mathbf W`), so rescale larger weights, e.g. by their maximum.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ import scipy.sparse as sp
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
     import trimesh
+
+#: Largest weighted degree (row sum of W) a graph may have: far below float64's 1.8e308,
+#: leaving room for the symmetrisation and degree products of the normalisation.
+MAX_WEIGHTED_DEGREE = 1e300
 
 SelfLoopPolicy = Literal["error", "drop", "keep"]
 _SELF_LOOP_POLICIES = ("error", "drop", "keep")
@@ -366,6 +375,32 @@ def grid_graph(rows: int, cols: int) -> Graph:
     return Graph.from_edges(np.concatenate([horizontal, vertical]), num_nodes=rows * cols)
 
 
+def erdos_renyi_graph(num_nodes: int, edge_probability: float, seed: int = 0) -> Graph:
+    r"""The Erdős–Rényi graph :math:`G(n, p)` of ``networkx.gnp_random_graph`` (the paper's fitting graph).
+
+    :param num_nodes: Number of nodes :math:`n \ge 1`.
+    :param edge_probability: Probability :math:`p \in [0, 1]` of each edge.
+    :param seed: Non-negative int seed of networkx's generator.
+    :raises TypeError: If an argument is not a number of the right kind.
+    :raises ValueError: If ``num_nodes < 1``, ``edge_probability`` lies outside
+        ``[0, 1]`` or ``seed`` is negative.
+    """
+    import networkx as nx
+
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
+        raise TypeError(f"num_nodes must be an int, got {type(num_nodes).__name__}")
+    if num_nodes < 1:
+        raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+    if isinstance(edge_probability, bool) or not isinstance(edge_probability, (int, float, np.number)):
+        raise TypeError(f"edge_probability must be a float, got {type(edge_probability).__name__}")
+    if not 0.0 <= float(edge_probability) <= 1.0:
+        raise ValueError(f"edge_probability must lie in [0, 1], got {edge_probability}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    return Graph.from_networkx(nx.gnp_random_graph(int(num_nodes), float(edge_probability), seed=int(seed)),
+                               weight=None)
+
+
 def icosphere_graph(subdivisions: int) -> Graph:
     """Faces of ``trimesh.creation.icosphere(subdivisions)`` as nodes (``20 * 4**subdivisions`` nodes)."""
     import trimesh
@@ -408,6 +443,15 @@ def _validate_square_finite_nonnegative(matrix: sp.csr_matrix) -> None:
         raise ValueError(f"adjacency has negative weights (min {data.min():.3g}); weights must be >= 0")
     matrix.eliminate_zeros()
     matrix.sum_duplicates()
+    with np.errstate(over="ignore"):
+        degrees = np.asarray(matrix.sum(axis=1)).ravel()
+    too_large = ~(degrees <= MAX_WEIGHTED_DEGREE)
+    if np.any(too_large):
+        node = int(np.flatnonzero(too_large)[0])
+        raise ValueError(
+            f"adjacency weights are too large: node {node} has weighted degree {degrees[node]:.3g}, "
+            f"above the limit {MAX_WEIGHTED_DEGREE:.0e} (float64 degree sums would overflow); graph "
+            "kernels depend only on weight ratios, so rescale the weights (e.g. divide by the largest)")
 
 
 def _apply_self_loop_policy(matrix: sp.csr_matrix, self_loops: str) -> sp.csr_matrix:

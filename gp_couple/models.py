@@ -18,6 +18,7 @@ Library code never changes global gpytorch settings: wrap calls in
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Callable
 
 import gpytorch
@@ -30,8 +31,10 @@ from torch import Tensor
 
 from ._random import SeedLike, seeded_torch_rng
 from .kernels.grf import GraphNodeKernel, GRFKernel
+from .progress import progress
 
-__all__ = ["GraphGP", "fit_gp", "predict", "node_index_array"]
+__all__ = ["GraphGP", "TrainingWarning", "adam_steps", "check_schedule", "check_training", "fit_gp", "predict",
+           "node_index_array"]
 
 _FLOAT32_EXACT = 2**24
 
@@ -91,6 +94,15 @@ def node_index_array(nodes: Any, name: str, num_nodes: int | None = None) -> np.
     return index
 
 
+def _checked_modules(covar_module: Any, mean_module: Any) -> list[GraphNodeKernel]:
+    """Check a model's covariance and mean modules; return the graph kernels inside the covariance."""
+    if not isinstance(covar_module, gpytorch.kernels.Kernel):
+        raise TypeError(f"covar_module must be a gpytorch Kernel, got {type(covar_module).__name__}")
+    if mean_module is not None and not isinstance(mean_module, Mean):
+        raise TypeError(f"mean_module must be a gpytorch Mean, got {type(mean_module).__name__}")
+    return _graph_kernels(covar_module)
+
+
 def _node_inputs(nodes: Any, name: str, num_nodes: int | None,
                  graph_kernels: list[GraphNodeKernel]) -> Tensor:
     index = node_index_array(nodes, name, num_nodes)
@@ -127,11 +139,7 @@ class GraphGP(gpytorch.models.ExactGP):
                  covar_module: gpytorch.kernels.Kernel, mean_module: Mean | None = None) -> None:
         if not isinstance(likelihood, Likelihood):
             raise TypeError(f"likelihood must be a gpytorch Likelihood, got {type(likelihood).__name__}")
-        if not isinstance(covar_module, gpytorch.kernels.Kernel):
-            raise TypeError(f"covar_module must be a gpytorch Kernel, got {type(covar_module).__name__}")
-        if mean_module is not None and not isinstance(mean_module, Mean):
-            raise TypeError(f"mean_module must be a gpytorch Mean, got {type(mean_module).__name__}")
-        graph_kernels = _graph_kernels(covar_module)
+        graph_kernels = _checked_modules(covar_module, mean_module)
         sizes = {kernel.num_nodes for kernel in graph_kernels}
         if len(sizes) > 1:
             raise ValueError(f"covar_module contains graph kernels on graphs of different sizes {sorted(sizes)}")
@@ -181,6 +189,48 @@ def _check_pair(model: gpytorch.models.ExactGP, likelihood: Likelihood) -> None:
         raise ValueError("likelihood must be the likelihood the model was built with (model.likelihood)")
 
 
+class TrainingWarning(RuntimeWarning):
+    """Training ended worse than it started or its loss never moved (see :func:`fit_gp`)."""
+
+
+#: A run is reported when its last loss exceeds its first by this fraction of max(1, |first|)
+#: (plus three standard deviations of the step-to-step noise of stochastic CG losses).
+_DIVERGENCE_TOLERANCE = 0.01
+
+
+def _loss_summary(history: list[float]) -> str:
+    best = int(np.argmin(history))
+    return (f"loss {history[0]:.6g} at step 0, best {history[best]:.6g} at step {best}, "
+            f"last {history[-1]:.6g} at step {len(history) - 1}")
+
+
+def check_training(history: list[float], lr: float) -> None:
+    r"""Warn (:class:`TrainingWarning`) when a loss history shows diverged or stalled training.
+
+    Diverged: the last loss exceeds the first by more than 1 % of
+    :math:`\max(1, |\text{first}|)` plus three standard deviations of the loss noise
+    (estimated from the differences of the last ten losses, which are random under
+    CG/Lanczos). Stalled: the loss did not change at all over two or more steps (e.g.
+    after a step so large that every gradient vanished).
+
+    :param history: Losses, one per step.
+    :param lr: The learning rate used (named in the message).
+    """
+    if len(history) < 2:
+        return
+    values = np.asarray(history, dtype=np.float64)
+    first, last = values[0], values[-1]
+    tail = np.diff(values[-10:])
+    noise = float(np.std(tail) / math.sqrt(2)) if tail.size > 1 else 0.0
+    if last > first + _DIVERGENCE_TOLERANCE * max(1.0, abs(first)) + 3 * noise:
+        warnings.warn(f"training diverged: {_loss_summary(history)}; the model keeps its last "
+                      f"parameters. Try a smaller lr than {lr:g}", TrainingWarning, stacklevel=3)
+    elif np.ptp(values) == 0:
+        warnings.warn(f"training stalled: the loss stayed at {first:.6g} for {len(history)} steps "
+                      f"(zero gradients?); check lr={lr:g} and which parameters require grad",
+                      TrainingWarning, stacklevel=3)
+
+
 def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations: int, lr: float = 0.01,
            callback: Callable[[int, float], bool | None] | None = None, seed: SeedLike = None) -> list[float]:
     r"""Maximise the exact marginal log-likelihood with Adam (app:grf_gp_details).
@@ -200,35 +250,73 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
         torch's global generator, which is restored afterwards), so that training is
         reproducible; ``None`` uses the global generator as it is.
     :return: The loss before each step (negative MLL per data point).
-    :raises FloatingPointError: If the loss becomes NaN or infinite.
+    :raises FloatingPointError: If the loss or a parameter becomes NaN or infinite (the
+        result would be meaningless).
+    :warns TrainingWarning: If training diverged (the last loss is clearly above the
+        first, e.g. because ``lr`` is too large) or stalled (the loss never changed); the
+        message summarises the loss history (see :func:`check_training`).
     """
     _check_pair(model, likelihood)
-    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 0:
-        raise ValueError(f"iterations must be a non-negative int, got {iterations!r}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a positive float, got {lr!r}")
+    check_schedule(iterations, lr)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable, got {type(callback).__name__}")
     was_training = model.training
     model.train()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=float(lr))
-    history: list[float] = []
     try:
-        with seeded_torch_rng(seed):
-            for step in range(int(iterations)):
-                optimizer.zero_grad()
-                loss = -mll(model(*model.train_inputs), model.train_targets).sum()
-                value = float(loss.detach())
-                if not math.isfinite(value):
-                    raise FloatingPointError(f"the training loss became {value} at step {step}")
-                loss.backward()
-                optimizer.step()
-                history.append(value)
-                if callback is not None and callback(step, value) is True:
-                    break
+        return adam_steps(lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
+                          dict(model.named_parameters()), iterations=iterations, lr=lr, seed=seed,
+                          callback=callback)
     finally:
         model.train(was_training)
+
+
+def check_schedule(iterations: Any, lr: Any) -> None:
+    """Validate an Adam schedule: ``iterations`` a non-negative int, ``lr`` a positive finite float.
+
+    :raises ValueError: Naming the argument.
+    """
+    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 0:
+        raise ValueError(f"iterations must be a non-negative int, got {iterations!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be a positive float, got {lr!r}")
+
+
+def adam_steps(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Parameter], *, iterations: int,
+               lr: float, seed: SeedLike = None,
+               callback: Callable[[int, float], bool | None] | None = None) -> list[float]:
+    """Minimise ``objective()`` with Adam over ``parameters``: the training loop of :func:`fit_gp`.
+
+    :param objective: Returns the loss (a scalar tensor) of the current parameters.
+    :param parameters: The parameters to train, by name (names appear in errors).
+    :param iterations: Number of steps.
+    :param lr: Adam learning rate.
+    :param seed: Seeds torch's global generator inside the loop (restored afterwards).
+    :param callback: Called as ``callback(step, loss)``; returning ``True`` stops early.
+    :return: The loss before each step.
+    :raises FloatingPointError: If the loss or a parameter becomes NaN or infinite.
+    :warns TrainingWarning: If the loss history shows diverged or stalled training
+        (:func:`check_training`).
+    """
+    optimizer = torch.optim.Adam(parameters.values(), lr=float(lr))
+    history: list[float] = []
+    with seeded_torch_rng(seed):
+        for step in progress(range(int(iterations)), description="training", unit="step"):
+            optimizer.zero_grad()
+            loss = objective()
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise FloatingPointError(f"the training loss became {value} at step {step}")
+            loss.backward()
+            optimizer.step()
+            history.append(value)
+            if callback is not None and callback(step, value) is True:
+                break
+    for name, parameter in parameters.items():
+        if not bool(torch.isfinite(parameter).all()):
+            raise FloatingPointError(f"parameter {name} became NaN or infinite during training "
+                                     f"({_loss_summary(history)}); try a smaller lr than {lr:g}")
+    check_training(history, float(lr))
     return history
 
 

@@ -44,6 +44,10 @@ from gpytorch.constraints import GreaterThan, Interval, Positive
 from gpytorch.module import Module
 from gpytorch.priors import Prior
 
+#: Natural logs of float64's smallest normal and largest finite numbers.
+_LOG_FLOAT64_TINY = math.log(torch.finfo(torch.float64).tiny)
+_LOG_FLOAT64_MAX = math.log(torch.finfo(torch.float64).max)
+
 __all__ = [
     "GraphKernelSeries",
     "Diffusion",
@@ -74,11 +78,18 @@ def convolutional_sqrt(coefficients: torch.Tensor) -> torch.Tensor:
     Solves :math:`f_0 = \sqrt{\alpha_0}`,
     :math:`f_k = (\alpha_k - \sum_{p=1}^{k-1} f_p f_{k-p}) / (2 f_0)` — the Taylor
     coefficients of :math:`\sqrt{A(x)}` for :math:`A(x) = \sum_k \alpha_k x^k`. The
-    recursion runs on the series rescaled to :math:`\alpha_k r^k` with
-    :math:`r = \alpha_0 / \max_k |\alpha_k|^{1/k}`-style normalisation so that the
-    terms stay of order one, which keeps the cancellation error of the inner sums at
-    the level of the largest term. It is differentiable (autograd) and batched over
-    leading dimensions.
+    recursion runs on the rescaled series
+
+    .. math::
+
+        \hat\alpha_k = \frac{\alpha_k}{\alpha_0} g^{-k}, \qquad
+        g = \max_{k \ge 1} |\alpha_k / \alpha_0|^{1/k},
+
+    whose coefficients have modulus at most one, which keeps the cancellation error of
+    the inner sums at the level of the largest term. It runs in float64 with
+    :math:`g^k` in log space, so float32 series with tiny or zero coefficients (e.g.
+    hyperparameters near their bounds) give finite results, cast back to the input
+    dtype. It is differentiable (autograd) and batched over leading dimensions.
 
     :param coefficients: :math:`\alpha_0, \alpha_1, \dots` along the last dimension,
         with :math:`\alpha_0 > 0`.
@@ -90,18 +101,28 @@ def convolutional_sqrt(coefficients: torch.Tensor) -> torch.Tensor:
     if torch.any(alpha0 <= 0):
         raise ValueError("the zeroth coefficient must be positive for a real square-root series")
     num_terms = coefficients.shape[-1]
-    # Rescale alpha_k -> alpha_k / alpha_0 * r^k so that the normalised series has
-    # coefficients of order one; f scales back by sqrt(alpha_0) / r^k.
+    # The recursion runs in float64 whatever the input dtype: float32's exponent range
+    # (1e-38 .. 3e38) is too narrow for the rescaling below, and the result is cast back.
+    dtype = coefficients.dtype
+    alpha = coefficients.to(torch.float64)
+    alpha0 = alpha[..., 0]
+    ratios = alpha / alpha0.unsqueeze(-1)
+    powers = torch.arange(num_terms, dtype=torch.float64, device=alpha.device)
+    # Rescale alpha_k -> alpha_k / alpha_0 * g^{-k} with log g = max_k log|alpha_k / alpha_0| / k,
+    # so that every normalised coefficient has modulus <= 1; f scales back by
+    # sqrt(alpha_0) g^k. The scale lives in log space: g^{-k} alone overflows float64 for
+    # slowly growing series (e.g. g = 1e-13 at k = 24), while the products stay bounded.
     with torch.no_grad():
-        k = torch.arange(1, num_terms, dtype=coefficients.dtype, device=coefficients.device)
         if num_terms > 1:
-            ratios = (coefficients[..., 1:].abs() / alpha0.unsqueeze(-1)).clamp(min=1e-300)
-            growth = torch.exp(ratios.log() / k).amax(dim=-1).clamp(min=1e-12)
+            log_growth = (ratios[..., 1:].abs().log() / powers[1:]).amax(dim=-1)
         else:
-            growth = torch.ones_like(alpha0)
-    powers = torch.arange(num_terms, dtype=coefficients.dtype, device=coefficients.device)
-    scale = growth.unsqueeze(-1) ** (-powers)
-    normalised = coefficients / alpha0.unsqueeze(-1) * scale
+            log_growth = torch.zeros_like(alpha0)
+        log_growth = log_growth.clamp(min=_LOG_FLOAT64_TINY)
+        log_scale = -powers * log_growth.unsqueeze(-1)
+    # Scales beyond float64's range are capped: there the coefficient is 0 or its
+    # contribution is below float64's resolution, and the cap keeps 0 * inf (NaN) out of
+    # the values and gradients.
+    normalised = ratios * torch.exp(log_scale.clamp(max=_LOG_FLOAT64_MAX))
     terms = [torch.ones_like(alpha0)]
     for index in range(1, num_terms):
         if index > 1:
@@ -111,7 +132,8 @@ def convolutional_sqrt(coefficients: torch.Tensor) -> torch.Tensor:
             inner = torch.zeros_like(alpha0)
         terms.append((normalised[..., index] - inner) / 2.0)
     root = torch.stack(terms, dim=-1)
-    return root * alpha0.sqrt().unsqueeze(-1) / scale
+    back_scale = torch.exp((-log_scale).clamp(max=_LOG_FLOAT64_MAX))
+    return (root * alpha0.sqrt().unsqueeze(-1) * back_scale).to(dtype)
 
 
 class GraphKernelSeries(Module, ABC):
@@ -198,9 +220,15 @@ class GraphKernelSeries(Module, ABC):
         constraint = getattr(self, f"raw_{name}_constraint")
         if not constraint.check(tensor.reshape(-1)):
             raise ValueError(f"{name}={value} violates its constraint {constraint}")
+        raw_value = constraint.inverse_transform(tensor)
+        if not torch.all(torch.isfinite(raw_value)):
+            # gpytorch's check() accepts the bound itself (e.g. gamma=0 for Positive()),
+            # whose raw value is -inf and whose gradient is NaN.
+            raise ValueError(f"{name}={value} lies on the bound of its constraint {constraint} "
+                             f"(in {raw.dtype}); choose a value strictly inside it")
         # initialize() broadcasts into the parameter, or replaces it when a batch of
         # values (e.g. Pyro samples) has a larger shape; the batch shape follows it.
-        self.initialize(**{f"raw_{name}": constraint.inverse_transform(tensor)})
+        self.initialize(**{f"raw_{name}": raw_value})
         self._batch_shape = getattr(self, f"raw_{name}").shape[:-1]
 
 
@@ -208,6 +236,7 @@ _SERIES_TERMS = 400
 _SERIES_TOL = 1e-17
 #: Cap on squared scale hyperparameters (keeps float32 and float64 arithmetic finite).
 _HUGE = 1e30
+_LOG_HUGE = math.log(_HUGE)
 
 
 def _check_terms(num_terms: int) -> int:
@@ -220,6 +249,19 @@ def _check_terms(num_terms: int) -> int:
 
 def _steps(num_terms: int, like: torch.Tensor) -> torch.Tensor:
     return torch.arange(_check_terms(num_terms), dtype=like.dtype, device=like.device)
+
+
+def _log_square(value: torch.Tensor) -> torch.Tensor:
+    r""":math:`\log(v^2)` of a positive hyperparameter, bounded so that the series stay finite.
+
+    Squaring first would underflow to zero in float32 below :math:`v \approx 10^{-19}`
+    (then :math:`0 \cdot \log 0` is NaN) and overflow above :math:`10^{19}`; the log is
+    computed from :math:`v` itself, clamped below at the dtype's smallest normal
+    number and above at :math:`\log 10^{30}` (``_HUGE``, far past any useful value,
+    where the kernels have converged to their limits).
+    """
+    tiny = torch.finfo(value.dtype).tiny
+    return (2 * torch.log(value.clamp(min=tiny))).clamp(max=_LOG_HUGE)
 
 
 def _value(tensor: torch.Tensor) -> Any:
@@ -257,23 +299,26 @@ class Diffusion(GraphKernelSeries):
     def gamma(self, value: Any) -> None:
         self._set_hyper("gamma", value)
 
-    def _gamma_squared(self) -> torch.Tensor:
-        # Bounded so that samplers probing huge gamma (e.g. NUTS step-size search) get
-        # a vanishing kernel instead of inf - inf = NaN; 1e30 is far past any real value.
-        return (self.gamma**2).clamp(max=_HUGE)
+    def _log_gamma_squared(self) -> torch.Tensor:
+        # Bounded above so that samplers probing huge gamma (e.g. NUTS step-size search)
+        # get a vanishing kernel instead of inf - inf = NaN, and below so that tiny gamma
+        # gives the identity kernel with finite gradients (see _log_square).
+        return _log_square(self.gamma)
+
+    @staticmethod
+    def _poisson_terms(log_rate: torch.Tensor, num_terms: int) -> torch.Tensor:
+        # e^{-r} r^t / t! evaluated as one exponential of finite logs.
+        t = _steps(num_terms, log_rate)
+        return torch.exp(-torch.exp(log_rate) + t * log_rate - torch.lgamma(t + 1))
 
     def coefficients(self, num_terms: int) -> torch.Tensor:
-        g2 = self._gamma_squared()
-        t = _steps(num_terms, g2)
-        return torch.exp(-g2 + torch.xlogy(t, g2) - torch.lgamma(t + 1))
+        return self._poisson_terms(self._log_gamma_squared(), num_terms)
 
     def modulation(self, num_terms: int) -> torch.Tensor:
-        half = self._gamma_squared() / 2
-        t = _steps(num_terms, half)
-        return torch.exp(-half + torch.xlogy(t, half) - torch.lgamma(t + 1))
+        return self._poisson_terms(self._log_gamma_squared() - math.log(2.0), num_terms)
 
     def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
-        return torch.exp(-self._gamma_squared() * (1 - eigenvalues))
+        return torch.exp(-torch.exp(self._log_gamma_squared()) * (1 - eigenvalues))
 
     def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
         from scipy.sparse.linalg import expm_multiply
@@ -327,11 +372,15 @@ class RegularisedLaplacian(GraphKernelSeries):
         self._set_hyper("sigma", value)
 
     def _log_terms(self, num_terms: int, power: float) -> torch.Tensor:
-        # log of (1 + s^2)^{-power} * Gamma(k + power) / (Gamma(power) k!) * c^k
-        s2 = (self.sigma**2).clamp(max=_HUGE)
-        t = _steps(num_terms, s2)
-        log_c = torch.log(s2) - torch.log1p(s2)
-        return (-power * torch.log1p(s2) + torch.lgamma(t + power) - math.lgamma(power)
+        # log of (1 + s^2)^{-power} * Gamma(k + power) / (Gamma(power) k!) * c^k, from
+        # log s^2 alone: log(1 + s^2) = logaddexp(0, log s^2) and log c = -log(1 + s^-2)
+        # stay finite and accurate for every s (s^2 itself underflows in float32 below
+        # s ~ 1e-19, which made 0 * log 0 = NaN).
+        log_s2 = _log_square(self.sigma)
+        t = _steps(num_terms, log_s2)
+        zero = torch.zeros((), dtype=log_s2.dtype, device=log_s2.device)
+        log_c = -torch.logaddexp(zero, -log_s2)
+        return (-power * torch.logaddexp(zero, log_s2) + torch.lgamma(t + power) - math.lgamma(power)
                 - torch.lgamma(t + 1) + t * log_c)
 
     def coefficients(self, num_terms: int) -> torch.Tensor:
@@ -341,7 +390,8 @@ class RegularisedLaplacian(GraphKernelSeries):
         return torch.exp(self._log_terms(num_terms, self.degree / 2))
 
     def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
-        return (1 + (self.sigma**2).clamp(max=_HUGE) * (1 - eigenvalues)) ** (-self.degree)
+        s2 = torch.exp(_log_square(self.sigma))
+        return (1 + s2 * (1 - eigenvalues)) ** (-self.degree)
 
     def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
         from scipy.sparse.linalg import splu
@@ -374,6 +424,14 @@ class PStepRandomWalk(GraphKernelSeries):
     (generalised binomial coefficients; the modulation is an infinite series for odd
     :math:`p`, convergent because :math:`|\lambda| \le 1 \le a`).
 
+    The kernel's scale :math:`\alpha^p = g(1)` must stay below the square root of the
+    dtype's largest number (about :math:`1.8 \times 10^{19}` in float32,
+    :math:`1.3 \times 10^{154}` in float64), so that Gram matrices and their sums stay
+    finite; beyond it the series raise a :class:`ValueError` rather than return
+    infinities. Values of :math:`\alpha` below 2 are rejected; exactly 2 (a legitimate
+    boundary value that gpytorch's strict ``GreaterThan`` excludes) is stored as
+    :math:`2 + 10^{-6}`.
+
     :param alpha: Initial :math:`\alpha \ge 2`.
     :param steps: The integer power :math:`p \ge 1` (fixed).
     :param alpha_prior: Optional prior on :math:`\alpha`.
@@ -389,10 +447,8 @@ class PStepRandomWalk(GraphKernelSeries):
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
         self.steps = int(steps)
-        if float(alpha) <= 2.0:
-            # gpytorch's GreaterThan is strict; alpha = 2 is a legitimate boundary value.
-            alpha = 2.0 + 1e-6
-        self._positive_parameter("alpha", alpha, alpha_prior, alpha_constraint or GreaterThan(2.0))
+        self._positive_parameter("alpha", _off_boundary(alpha), alpha_prior,
+                                 alpha_constraint or GreaterThan(2.0))
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -401,14 +457,27 @@ class PStepRandomWalk(GraphKernelSeries):
 
     @alpha.setter
     def alpha(self, value: Any) -> None:
-        self._set_hyper("alpha", value)
+        self._set_hyper("alpha", _off_boundary(value))
+
+    def _checked_alpha(self) -> torch.Tensor:
+        alpha = self.alpha
+        limit = 0.5 * math.log(torch.finfo(alpha.dtype).max)
+        log_scale = self.steps * float(torch.log(alpha.detach()).max())
+        if log_scale > limit:
+            raise ValueError(
+                f"alpha={_value(alpha)} with steps={self.steps}: the kernel's scale alpha**steps "
+                f"= e^{log_scale:.1f} exceeds e^{limit:.1f}, the square root of the largest "
+                f"{alpha.dtype} number; use a smaller alpha or float64")
+        return alpha
 
     def _binomial_series(self, num_terms: int, power: float) -> torch.Tensor:
-        a = self.alpha - 1
-        t = _steps(num_terms, a)
+        # binom(power, t) a^{power - t} with the power of a taken in log space, so that
+        # large alpha underflows the high-order terms instead of overflowing a^t first.
+        log_a = torch.log(self._checked_alpha() - 1)
+        t = _steps(num_terms, log_a)
         factors = (power - t[1:] + 1) / t[1:]
         binomials = torch.cat([torch.ones_like(t[:1]), torch.cumprod(factors, dim=0)])
-        return binomials * a ** (power - t)
+        return binomials * torch.exp((power - t) * log_a)
 
     def coefficients(self, num_terms: int) -> torch.Tensor:
         return self._binomial_series(num_terms, float(self.steps))
@@ -417,7 +486,7 @@ class PStepRandomWalk(GraphKernelSeries):
         return self._binomial_series(num_terms, self.steps / 2)
 
     def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
-        return (self.alpha - 1 + eigenvalues) ** self.steps
+        return (self._checked_alpha() - 1 + eigenvalues) ** self.steps
 
     def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
         self._require_unbatched()
@@ -429,6 +498,19 @@ class PStepRandomWalk(GraphKernelSeries):
 
     def hyperparameters(self) -> dict[str, Any]:
         return {"alpha": _value(self.alpha), "steps": self.steps}
+
+
+#: Where ``PStepRandomWalk`` stores :math:`\alpha = 2`.
+_P_STEP_BOUNDARY = 2.0 + 1e-6
+
+
+def _off_boundary(alpha: Any) -> Any:
+    """Move ``alpha = 2`` (legitimate, but outside gpytorch's strict ``GreaterThan(2)``) inside."""
+    if isinstance(alpha, (bool, str)) or not isinstance(alpha, (int, float, np.number, torch.Tensor)):
+        return alpha  # _set_hyper reports the type
+    if isinstance(alpha, torch.Tensor):
+        return torch.where(alpha == 2.0, torch.full_like(alpha, _P_STEP_BOUNDARY), alpha)
+    return _P_STEP_BOUNDARY if float(alpha) == 2.0 else alpha
 
 
 class InverseCosine(GraphKernelSeries):
@@ -455,14 +537,24 @@ class InverseCosine(GraphKernelSeries):
         # A buffer, so that .double()/.to() choose the dtype the series is computed in.
         self.register_buffer("beta_value", torch.tensor(self.beta, dtype=torch.get_default_dtype()))
 
+    def _beta(self) -> torch.Tensor:
+        # From the Python float: the buffer only carries the dtype and device, and a
+        # float32 buffer converted by .double() would keep float32's rounding of beta.
+        return torch.tensor(self.beta, dtype=self.beta_value.dtype, device=self.beta_value.device)
+
     def coefficients(self, num_terms: int) -> torch.Tensor:
-        beta = self.beta_value
+        beta = self._beta()
         t = _steps(num_terms, beta)
-        alpha = torch.exp(torch.xlogy(t, beta) - torch.lgamma(t + 1)) * torch.cos(beta - t * math.pi / 2)
+        # cos(beta - t pi/2) cycles through cos, sin, -cos, -sin; taken exactly, because
+        # cos(beta - pi/2) in floating point has an absolute error of about 1e-16 (1e-8 in
+        # float32), far above sin(beta) for small beta.
+        cycle = torch.stack([torch.cos(beta), torch.sin(beta), -torch.cos(beta), -torch.sin(beta)])
+        phase = cycle[torch.arange(t.numel(), device=t.device) % 4]
+        alpha = torch.exp(torch.xlogy(t, beta) - torch.lgamma(t + 1)) * phase
         return alpha.expand(*self.batch_shape, -1)
 
     def spectrum(self, eigenvalues: torch.Tensor) -> torch.Tensor:
-        return torch.cos(self.beta_value * (1 - eigenvalues)).expand(*self.batch_shape, -1)
+        return torch.cos(self._beta() * (1 - eigenvalues)).expand(*self.batch_shape, -1)
 
     def apply_exact(self, normalized_adjacency: sp.spmatrix, block: np.ndarray) -> np.ndarray:
         from scipy.sparse.linalg import expm_multiply

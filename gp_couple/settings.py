@@ -31,18 +31,33 @@ defaults are given for comparison):
 * The pivoted-Cholesky preconditioner keeps gpytorch's sizes (rank 15 from 2000
   points): it reads exact rows of the GRF operator, but they are rebuilt every
   iteration because the features change with the hyperparameters.
+
+Thread pools
+------------
+:func:`threads` bounds every thread pool a run uses — torch's intra-op threads, numba's
+parallel walk sampler and the BLAS/OpenMP pools behind NumPy, SciPy and torch (through
+``threadpoolctl``) — and restores them on exit::
+
+    with threads(1):
+        fit_gp(model, likelihood, iterations=300)
+
+Why: on a machine shared with other work, pools sized to every core lose their cores
+to other processes, and OpenBLAS and OpenMP workers busy-wait for each other while one
+of them is descheduled, so a run slows far more than in proportion to the CPU it
+loses (``benchmarks/bench_contention.py`` measures it; ``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Iterator
 
 import gpytorch
 
-__all__ = ["GRFGPSettings", "grf_gp_settings"]
+__all__ = ["GRFGPSettings", "available_cpus", "grf_gp_settings", "threads"]
 
 
 @dataclass(frozen=True)
@@ -127,3 +142,54 @@ def grf_gp_settings(**overrides: Any) -> contextlib.AbstractContextManager[GRFGP
     if unknown:
         raise TypeError(f"unknown GRF GP setting(s) {unknown}; choose from {sorted(known)}")
     return replace(GRFGPSettings(), **overrides).context()
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask; ``os.cpu_count()`` where unsupported)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def threads(num_threads: int | None) -> Iterator[int]:
+    """Bound torch's, numba's and every BLAS/OpenMP thread pool to ``num_threads`` inside the block.
+
+    Sets torch's intra-op threads (:func:`torch.set_num_threads`), numba's threads for
+    the compiled parallel walk sampler (:func:`numba.set_num_threads`, at most numba's
+    pool size ``NUMBA_NUM_THREADS``) and the BLAS/OpenMP pools of loaded libraries
+    (OpenBLAS or MKL behind NumPy/SciPy, OpenMP; ``threadpoolctl.threadpool_limits``).
+    All of them return to their previous values on exit, also when an exception
+    escapes; blocks nest. Results do not depend on the thread count (the walk sampler's
+    random streams are counter-based), only the speed does. torch's inter-op pool is
+    left alone: it can be sized only once per process.
+
+    :param num_threads: Threads allowed (>= 1); ``None`` changes nothing (the block
+        runs with the current pools).
+    :return: A context manager yielding the thread count in effect (torch's).
+    :raises TypeError: If ``num_threads`` is not an int or ``None``.
+    :raises ValueError: If ``num_threads`` < 1.
+    """
+    if num_threads is None:
+        import torch
+
+        yield torch.get_num_threads()
+        return
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
+        raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    import numba
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    previous_torch, previous_numba = torch.get_num_threads(), numba.get_num_threads()
+    try:
+        torch.set_num_threads(num_threads)
+        numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
+        with threadpool_limits(limits=num_threads):
+            yield num_threads
+    finally:
+        torch.set_num_threads(previous_torch)
+        numba.set_num_threads(previous_numba)

@@ -185,3 +185,50 @@ class TestStructure:
     def test_networkx_round_trip(self) -> None:
         graph = two_components_and_isolated()
         assert Graph.from_networkx(graph.to_networkx()) == graph
+
+
+# ------------------------------------------------------------------ extreme weights, Erdős–Rényi
+def test_weights_whose_degree_sums_overflow_are_rejected() -> None:
+    from gp_couple.graphs import MAX_WEIGHTED_DEGREE
+
+    with pytest.raises(ValueError, match=r"node 0 has weighted degree .* above the limit 1e\+300.*rescale"):
+        Graph.from_edges([[0, 1], [1, 2]], weights=[1e308, 1e308])
+    with pytest.raises(ValueError, match="weighted degree"):
+        Graph.from_edges([[0, 1], [1, 2]], weights=[0.6 * MAX_WEIGHTED_DEGREE, 0.6 * MAX_WEIGHTED_DEGREE])
+
+
+def test_scaled_weights_give_the_same_normalised_adjacency() -> None:
+    # W~ depends only on weight ratios; huge (below the bound) and tiny weights stay exact.
+    edges, weights = [[0, 1], [1, 2], [2, 0], [2, 3]], np.array([1.0, 2.0, 3.0, 0.5])
+    reference = Graph.from_edges(edges, weights=weights).normalized_weights()
+    for scale in (1e290, 1e-300):
+        scaled = Graph.from_edges(edges, weights=weights * scale).normalized_weights()
+        np.testing.assert_allclose(scaled, reference, rtol=1e-12)
+
+
+@pytest.mark.parametrize("args, error, message", [
+    ((10, 2.0), ValueError, r"edge_probability must lie in \[0, 1\], got 2.0"),
+    ((10, -0.1), ValueError, "edge_probability"),
+    ((10, float("nan")), ValueError, "edge_probability"),
+    ((0, 0.5), ValueError, "num_nodes"),
+    ((10.0, 0.5), TypeError, "num_nodes"),
+    ((10, "0.5"), TypeError, "edge_probability"),
+    ((10, 0.5, -1), ValueError, "seed"),
+])
+def test_erdos_renyi_validates_its_arguments(args, error, message) -> None:
+    from gp_couple.graphs import erdos_renyi_graph
+
+    with pytest.raises(error, match=message):
+        erdos_renyi_graph(*args)
+
+
+def test_erdos_renyi_graph_and_its_spec() -> None:
+    from gp_couple.couplings.sigma_fit import default_fitting_graph
+    from gp_couple.experiments._graphs import resolve_graph
+    from gp_couple.graphs import erdos_renyi_graph
+
+    graph = erdos_renyi_graph(30, 0.2, 3)
+    assert graph == resolve_graph("erdos-renyi:30:0.2:3") == default_fitting_graph(30, 0.2, 3)
+    assert erdos_renyi_graph(5, 1.0).num_edges == 10
+    with pytest.raises(ValueError, match=r"malformed graph spec 'erdos-renyi:10:2.0' \(edge_probability"):
+        resolve_graph("erdos-renyi:10:2.0")

@@ -129,3 +129,48 @@ def test_double_precision_model_trains_and_predicts():
     mean, variance = predict(model, model.likelihood, [1, 3], fast=True)
     assert mean.dtype == variance.dtype == torch.float64
     assert all(np.isfinite(history))
+
+
+# ------------------------------------------------------------ diverged or stalled training
+def test_fit_gp_reports_diverged_training_with_the_loss_history():
+    from gp_couple.models import TrainingWarning
+
+    model = build()
+    with pytest.warns(TrainingWarning, match=r"training diverged: loss .* at step 0, best .* last .*lr than 1e\+06"):
+        fit_gp(model, model.likelihood, iterations=10, lr=1e6, seed=0)
+
+
+def test_fit_gp_reports_stalled_training():
+    from gp_couple.models import TrainingWarning
+
+    model = build()
+    # Adam's steps of about lr = 1e-30 vanish in float32 rounding: the loss never moves.
+    with pytest.warns(TrainingWarning, match="training stalled: the loss stayed at .* for 5 steps"):
+        fit_gp(model, model.likelihood, iterations=5, lr=1e-30, seed=0)
+
+
+def test_fit_gp_is_silent_when_training_improves():
+    import warnings
+
+    from gp_couple.models import TrainingWarning
+
+    model = build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingWarning)
+        losses = fit_gp(model, model.likelihood, iterations=20, lr=0.05, seed=0)
+    assert losses[-1] < losses[0]
+
+
+def test_check_training_tolerates_noise_but_not_a_clear_rise():
+    import warnings
+
+    from gp_couple.models import TrainingWarning, check_training
+
+    rng = np.random.default_rng(0)
+    noisy_flat = list(1.0 + 0.02 * rng.standard_normal(50))  # CG-like noise around a minimum
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingWarning)
+        check_training(noisy_flat, 0.01)
+        check_training([1.0], 0.01)  # nothing to judge
+    with pytest.warns(TrainingWarning, match="diverged"):
+        check_training([1.0, 0.9, 1.5, 2.0], 0.1)

@@ -153,3 +153,111 @@ def test_registry_and_reprs() -> None:
     assert isinstance(get_graph_kernel("regularised-laplacian"), RegularisedLaplacian)
     assert "gamma=" in repr(Diffusion(1.0))
     assert PowerSeries([1.0, 0.5], learnable=True).series_coefficients.requires_grad
+
+
+# ------------------------------------------------ hyperparameters at the edges of float range
+EXTREMES = {
+    "diffusion-tiny": lambda: Diffusion(1e-30),
+    "diffusion-huge": lambda: Diffusion(1e20),
+    "reg-laplacian-tiny": lambda: RegularisedLaplacian(1e-30, 2),
+    "reg-laplacian-huge": lambda: RegularisedLaplacian(1e20, 3),
+    "p-step-large": lambda: PStepRandomWalk(1e5, 3),
+    "inverse-cosine-tiny": lambda: InverseCosine(1e-30),
+    "power-series-tiny": lambda: PowerSeries([1.0, 1e-30, 0.0, 1e-30], learnable=True),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name", list(EXTREMES))
+def test_extreme_hyperparameters_give_finite_series_and_gradients(name: str, dtype: torch.dtype) -> None:
+    series = EXTREMES[name]().to(dtype)
+    coefficients, modulation = series.coefficients(40), series.modulation(40)
+    spectrum = series.spectrum(torch.linspace(-1, 1, 9, dtype=dtype))
+    for values in (coefficients, modulation, spectrum):
+        assert values.dtype == dtype and bool(torch.isfinite(values).all())
+    # f * f = alpha still holds, up to the dtype's resolution relative to the largest term.
+    # Term k of the Cauchy product sums k + 1 rounded products: allow a few eps each,
+    # relative to the largest term (terms below the dtype's smallest normal may flush to 0).
+    scale = max(float(coefficients.detach().abs().max()), torch.finfo(dtype).tiny)
+    tolerance = 4 * coefficients.shape[-1] * torch.finfo(dtype).eps * scale
+    torch.testing.assert_close(convolve_series(modulation.detach().double()), coefficients.detach().double(),
+                               atol=tolerance, rtol=0)
+    parameters = [p for p in series.parameters() if p.requires_grad]
+    if parameters:
+        gradients = torch.autograd.grad((modulation.sum() + coefficients.sum() + spectrum.sum()),
+                                        parameters, allow_unused=True)
+        assert all(g is None or bool(torch.isfinite(g).all()) for g in gradients)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_tiny_regulariser_gives_the_identity_kernel(dtype: torch.dtype) -> None:
+    # (I + sigma^2 L)^-2 = I + O(sigma^2): with sigma = 1e-30 every term beyond the first
+    # is below either dtype's smallest normal number relative to alpha_0 = 1.
+    series = RegularisedLaplacian(sigma=1e-30).to(dtype)
+    expected = torch.zeros(6, dtype=dtype)
+    expected[0] = 1.0
+    tiny = torch.finfo(torch.float64).tiny if dtype == torch.float64 else 0.0
+    torch.testing.assert_close(series.coefficients(6).detach().reshape(-1)[:1], expected[:1])
+    assert float(series.coefficients(6).detach()[..., 1:].abs().max()) <= max(tiny, 3e-60)
+    torch.testing.assert_close(series.modulation(6).detach().reshape(-1)[:1], expected[:1])
+
+
+def test_inverse_cosine_coefficients_take_the_phase_exactly() -> None:
+    beta = 1e-8
+    alpha = InverseCosine(beta).double().coefficients(4).reshape(-1)
+    expected = [math.cos(beta), beta * math.sin(beta), -beta**2 / 2 * math.cos(beta), -beta**3 / 6 * math.sin(beta)]
+    np.testing.assert_allclose(alpha.numpy(), expected, rtol=1e-14)
+
+
+@pytest.mark.parametrize("build, assign, name", [
+    (lambda: Diffusion(1.0), 0.0, "gamma"),
+    (lambda: RegularisedLaplacian(1.0), 0.0, "sigma"),
+    (lambda: PStepRandomWalk(3.0), 1.5, "alpha"),
+    (lambda: Diffusion(1.0), -2.0, "gamma"),
+])
+def test_hyperparameters_on_or_beyond_their_bound_are_rejected(build, assign, name: str) -> None:
+    series = build()
+    raw_before = getattr(series, f"raw_{name}").detach().clone()
+    with pytest.raises(ValueError, match=name):
+        setattr(series, name, assign)
+    assert torch.equal(getattr(series, f"raw_{name}").detach(), raw_before)  # unchanged
+    with pytest.raises(ValueError, match=name):
+        type(series)(assign)
+
+
+def test_zero_gamma_is_rejected_at_construction_with_the_bound_named() -> None:
+    with pytest.raises(ValueError, match=r"gamma=0.*bound of its constraint Positive"):
+        Diffusion(gamma=0)
+    # Too small to be represented above the bound in float32 (rounds to 0).
+    with pytest.raises(ValueError, match="gamma"):
+        Diffusion().float().gamma = 1e-50
+
+
+def test_p_step_boundary_alpha_is_accepted_with_finite_raw_value() -> None:
+    series = PStepRandomWalk(2.0, 2)
+    series.alpha = 2.0
+    series.alpha = torch.tensor([2.0])
+    assert bool(torch.isfinite(series.raw_alpha).all()) and float(series.alpha) == pytest.approx(2.0, abs=2e-6)
+
+
+def test_p_step_scale_beyond_the_dtype_is_an_error_not_infinity() -> None:
+    series = PStepRandomWalk(1e20, 3).float()  # alpha^3 = 1e60 > sqrt(float32 max)
+    for method in (lambda: series.coefficients(5), lambda: series.modulation(5),
+                   lambda: series.spectrum(torch.zeros(3))):
+        with pytest.raises(ValueError, match=r"alpha=.*steps=3.*float32"):
+            method()
+    assert bool(torch.isfinite(series.double().coefficients(5)).all())  # fine in float64
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_grf_gram_with_a_tiny_regulariser_is_the_identity(dtype: torch.dtype) -> None:
+    from gp_couple.graphs import grid_graph
+    from gp_couple.kernels import GRFKernel
+
+    # The case: an all-NaN Gram in float32. f = (1, 0, 0, ...) keeps only each
+    # walker's start node, so the estimate is exactly the identity, like the kernel.
+    kernel = GRFKernel(grid_graph(4, 4), 8, 0.5, graph_kernel=RegularisedLaplacian(sigma=1e-30), seed=0).to(dtype)
+    nodes = torch.arange(16, dtype=dtype).unsqueeze(-1)
+    with torch.no_grad():
+        gram = kernel(nodes).to_dense()
+    torch.testing.assert_close(gram, torch.eye(16, dtype=dtype))

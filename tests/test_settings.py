@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gpytorch
+import torch
 import pytest
 
 from gp_couple.settings import GRFGPSettings, grf_gp_settings
@@ -60,3 +61,59 @@ def test_bad_settings_are_rejected(overrides, error):
     with pytest.raises(error):
         with grf_gp_settings(**overrides):
             pass
+
+
+# ------------------------------------------------------------------ thread pools
+def _pools() -> tuple:
+    import numba
+    import torch
+    from threadpoolctl import threadpool_info
+
+    return (torch.get_num_threads(), numba.get_num_threads(),
+            tuple(sorted((info["internal_api"], info["num_threads"]) for info in threadpool_info())))
+
+
+def test_threads_bounds_every_pool_and_restores_them():
+    import numba
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from gp_couple.settings import threads
+
+    before = _pools()
+    with threads(1) as count:
+        assert count == 1 and torch.get_num_threads() == 1 and numba.get_num_threads() == 1
+        assert all(info["num_threads"] == 1 for info in threadpool_info())
+        with threads(2):  # nesting restores the outer limit
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1
+    assert _pools() == before
+    with pytest.raises(RuntimeError, match="boom"):
+        with threads(1):
+            raise RuntimeError("boom")
+    assert _pools() == before
+    with threads(None) as count:  # no change
+        assert _pools() == before and count == before[0]
+
+
+@pytest.mark.parametrize("value, error", [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError),
+                                          ("2", TypeError)])
+def test_threads_validates_its_argument(value, error):
+    from gp_couple.settings import threads
+
+    with pytest.raises(error, match="num_threads"):
+        with threads(value):
+            pass
+
+
+def test_walks_do_not_depend_on_the_thread_count():
+    from gp_couple.features import GraphRandomFeatures
+    from gp_couple.graphs import grid_graph
+    from gp_couple.settings import threads
+
+    graph = grid_graph(6, 6)
+    with threads(1):
+        single = GraphRandomFeatures.sample(graph, 8, 0.3, seed=4).tensors()
+    with threads(2):
+        double = GraphRandomFeatures.sample(graph, 8, 0.3, seed=4).tensors()
+    assert all(torch.equal(single[name], double[name]) for name in single)

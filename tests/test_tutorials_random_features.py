@@ -22,22 +22,26 @@ def _load_tutorial():  # type: ignore[no-untyped-def]
     return module
 
 
-def test_tutorial_quick_synthetic(capsys: pytest.CaptureFixture[str]) -> None:
-    rows = _load_tutorial().main(["--quick", "--dataset", "synthetic"])
+def test_tutorial_quick_synthetic(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the tutorial draws figures (plot extra)")
+    rows = _load_tutorial().main(["--quick", "--dataset", "synthetic", "--output", str(tmp_path)])
     assert [row["coupling"] for row in rows] == ["iid", "orthogonal", "pnc"]
     for row in rows:
         assert all(math.isfinite(row[key]) for key in ("gram_error", "test_rmse", "test_nlpd"))
     assert "pnc" in capsys.readouterr().out
+    assert {path.name for path in tmp_path.glob("*.png")} == {"training.png", "couplings.png"}
 
 
-def test_tutorial_quick_uci(data_dir: Path) -> None:
+def test_tutorial_quick_uci(data_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the tutorial draws figures (plot extra)")
     rows = _load_tutorial().main(["--quick", "--dataset", "boston", "--data-dir", str(data_dir),
-                                  "--couplings", "pnc"])
+                                  "--couplings", "pnc", "--output", str(tmp_path)])
     assert rows[0]["coupling"] == "pnc" and math.isfinite(rows[0]["test_rmse"])
 
 
-def test_tutorial_script_entry_point() -> None:
-    result = subprocess.run([sys.executable, str(TUTORIAL), "--dataset", "synthetic"],
+def test_tutorial_script_entry_point(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the tutorial draws figures (plot extra)")
+    result = subprocess.run([sys.executable, str(TUTORIAL), "--dataset", "synthetic", "--output", str(tmp_path)],
                             env={**os.environ, "GP_COUPLE_TUTORIAL_QUICK": "1"}, capture_output=True,
                             text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr

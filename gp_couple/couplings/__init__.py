@@ -1,8 +1,11 @@
 """Couplings of random-feature samples: walk lengths (graphs) and frequencies (Euclidean)."""
 
+from .._deprecation import deprecated_aliases
+from . import frequencies, walk_lengths
 from .walk_lengths import (
-    AntitheticTermination,
-    IIDLengths,
+    WALK_LENGTH_COUPLINGS,
+    AntitheticWalkLengthCoupling,
+    IIDWalkLengthCoupling,
     PairedWalkLengthCoupling,
     SigmaCoupling,
     WalkLengthCoupling,
@@ -10,14 +13,31 @@ from .walk_lengths import (
     geometric_quantile,
     get_walk_length_coupling,
 )
+from .proposals import (
+    NEIGHBOUR_PROPOSALS,
+    NeighbourProposal,
+    UniformProposal,
+    WeightedProposal,
+    get_proposal,
+    proposal_from_dict,
+)
+from .directions import (
+    DIRECTION_COUPLINGS,
+    DirectionCoupling,
+    IndependentDirections,
+    RepellingDirections,
+    direction_coupling_from_dict,
+    get_direction_coupling,
+)
 
 from .frequencies import (
     FREQUENCY_COUPLING_NAMES,
-    AntitheticCoupling,
+    FREQUENCY_COUPLINGS,
+    AntitheticFrequencyCoupling,
     FrequencyCoupling,
     GaussianCopulaCoupling,
     HaltonCoupling,
-    IIDCoupling,
+    IIDFrequencyCoupling,
     OrthogonalCoupling,
     OrthogonalNormCoupling,
     PairwiseNormCoupling,
@@ -26,6 +46,7 @@ from .frequencies import (
     chi_isf,
     chi_ppf,
     chi_quantile,
+    frequency_coupling_from_dict,
     get_frequency_coupling,
     normal_to_chi,
     random_orthogonal_matrices,
@@ -34,14 +55,28 @@ from .frequencies import (
 __all__ = [
     "WalkLengthCoupling",
     "PairedWalkLengthCoupling",
-    "IIDLengths",
-    "AntitheticTermination",
+    "WALK_LENGTH_COUPLINGS",
+    "IIDWalkLengthCoupling",
+    "AntitheticWalkLengthCoupling",
     "SigmaCoupling",
     "geometric_quantile",
     "get_walk_length_coupling",
     "coupling_from_dict",
+    "NEIGHBOUR_PROPOSALS",
+    "NeighbourProposal",
+    "UniformProposal",
+    "WeightedProposal",
+    "get_proposal",
+    "proposal_from_dict",
+    "DIRECTION_COUPLINGS",
+    "DirectionCoupling",
+    "IndependentDirections",
+    "RepellingDirections",
+    "direction_coupling_from_dict",
+    "get_direction_coupling",
+    "FREQUENCY_COUPLINGS",
     "FrequencyCoupling",
-    "IIDCoupling",
+    "IIDFrequencyCoupling",
     "HaltonCoupling",
     "SobolCoupling",
     "OrthogonalNormCoupling",
@@ -49,12 +84,17 @@ __all__ = [
     "PairwiseNormCoupling",
     "PositiveMonotoneCoupling",
     "GaussianCopulaCoupling",
-    "AntitheticCoupling",
+    "AntitheticFrequencyCoupling",
     "chi_ppf",
     "chi_isf",
     "chi_quantile",
     "normal_to_chi",
     "random_orthogonal_matrices",
     "get_frequency_coupling",
+    "frequency_coupling_from_dict",
     "FREQUENCY_COUPLING_NAMES",
 ]
+
+# Old names of the two families' i.i.d. and antithetic couplings, with a warning.
+__getattr__ = deprecated_aliases(__name__, {**walk_lengths.__getattr__.aliases,
+                                            **frequencies.__getattr__.aliases})

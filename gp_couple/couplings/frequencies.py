@@ -9,9 +9,9 @@ unbiased, and a good one lowers its variance. Writing
 is: the direction :math:`\widehat{\boldsymbol\omega}` is uniform on the sphere and the
 norm :math:`\omega` is :math:`\chi_d`-distributed, independent of it.
 
-Built-in couplings (:func:`get_frequency_coupling` names in brackets):
+Built-in couplings (registered names, accepted by :func:`get_frequency_coupling`, in brackets):
 
-* :class:`IIDCoupling` (``iid``): independent Gaussian frequencies.
+* :class:`IIDFrequencyCoupling` (``iid``): independent Gaussian frequencies.
 * :class:`HaltonCoupling` (``halton``), :class:`SobolCoupling` (``sobol``): scrambled
   quasi-Monte Carlo points pushed through the Gaussian inverse CDF coordinate-wise.
 * :class:`OrthogonalCoupling` (``orthogonal``): ensembles of :math:`d` exactly
@@ -23,7 +23,7 @@ Built-in couplings (:func:`get_frequency_coupling` names in brackets):
   equal (app:performers).
 * :class:`GaussianCopulaCoupling` (``copula``): orthogonal ensembles whose norms follow
   a Gaussian copula with a learnable correlation matrix (app:copulas).
-* :class:`AntitheticCoupling` (``antithetic`` = ``pnc+antithetic``, or
+* :class:`AntitheticFrequencyCoupling` (``antithetic`` = ``pnc+antithetic``, or
   ``<base>+antithetic``): every frequency of a base coupling together with its negative
   (thm:antithetic).
 
@@ -63,9 +63,13 @@ quantile of the first norm of each ensemble around ``1/2`` for half of it::
             return np.concatenate([np.repeat(chi_ppf(u, dim), half, -1),
                                    np.repeat(chi_isf(u, dim), dim - half, -1)], -1)
 
-Each norm is :math:`\chi_d` (``1 - u`` is uniform), so estimates stay unbiased; it
-plugs in anywhere a built-in coupling does, e.g.
-``CoupledRFFKernel(num_features=16, num_dims=8, coupling=HalfMirrored())``.
+Each norm is :math:`\chi_d` (``1 - u`` is uniform), so estimates stay unbiased.
+Setting ``name`` registers the class in :data:`FREQUENCY_COUPLINGS` (see
+:mod:`gp_couple.registry`), so it plugs in anywhere a built-in coupling does, by
+instance or by name, e.g.
+``CoupledRFFKernel(num_features=16, num_dims=8, coupling="half-mirrored")``, and its
+``to_dict()`` / :func:`frequency_coupling_from_dict` round-trip through JSON (a coupling
+with constructor arguments returns them from ``params()``).
 Couplings that also couple directions subclass :class:`FrequencyCoupling` directly.
 ``tests/couplings/frequency_coupling_mixin.py`` checks the marginals and the
 unbiasedness of any coupling.
@@ -73,6 +77,7 @@ unbiasedness of any coupling.
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from abc import ABC, abstractmethod
@@ -84,11 +89,16 @@ from scipy import special
 from scipy.stats import qmc
 from torch import Tensor
 
+from .._deprecation import deprecated_aliases
 from .._random import SeedLike, as_numpy_generator
+from ..registry import Registered, Registry
+from ._checks import check_batch_shape, check_positive_int
+from .chi import chi_isf, chi_ppf, chi_quantile, normal_to_chi
 
 __all__ = [
+    "FREQUENCY_COUPLINGS",
     "FrequencyCoupling",
-    "IIDCoupling",
+    "IIDFrequencyCoupling",
     "HaltonCoupling",
     "SobolCoupling",
     "OrthogonalNormCoupling",
@@ -96,150 +106,21 @@ __all__ = [
     "PairwiseNormCoupling",
     "PositiveMonotoneCoupling",
     "GaussianCopulaCoupling",
-    "AntitheticCoupling",
+    "AntitheticFrequencyCoupling",
     "chi_ppf",
     "chi_isf",
     "chi_quantile",
     "normal_to_chi",
     "random_orthogonal_matrices",
     "get_frequency_coupling",
+    "frequency_coupling_from_dict",
     "FREQUENCY_COUPLING_NAMES",
 ]
 
 Noise = dict[str, Tensor]
 
 
-# --------------------------------------------------------------------------- validation
-
-
-def check_positive_int(name: str, value: Any) -> int:
-    """``value`` as a positive int; ``TypeError``/``ValueError`` naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__}")
-    if int(value) < 1:
-        raise ValueError(f"{name} must be a positive int, got {int(value)}")
-    return int(value)
-
-
-def _check_batch_shape(batch_shape: Any) -> tuple[int, ...]:
-    if isinstance(batch_shape, (int, np.integer)) and not isinstance(batch_shape, bool):
-        batch_shape = (batch_shape,)
-    try:
-        shape = tuple(batch_shape)
-    except TypeError:
-        raise TypeError(f"batch_shape must be a sequence of ints, got {type(batch_shape).__name__}") from None
-    for size in shape:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
-            raise ValueError(f"batch_shape must hold non-negative ints, got {shape}")
-    return tuple(int(size) for size in shape)
-
-
-# --------------------------------------------------------------------------- chi quantiles
-
-
-def chi_ppf(u: np.ndarray | float, dim: int) -> np.ndarray:
-    r"""Quantile function :math:`F_{\chi_d}^{-1}(u)` of the :math:`\chi_d` distribution.
-
-    Equals ``scipy.stats.chi(dim).ppf(u)``, computed as
-    :math:`\sqrt{2 P^{-1}(d/2, u)}` with the regularised incomplete gamma inverse, which is
-    vectorised C without the per-call overhead of ``scipy.stats``.
-
-    :param u: Probabilities in ``[0, 1]``.
-    :param dim: Degrees of freedom :math:`d \ge 1`.
-    """
-    return np.sqrt(2.0 * special.gammaincinv(0.5 * dim, np.asarray(u, dtype=np.float64)))
-
-
-def chi_isf(q: np.ndarray | float, dim: int) -> np.ndarray:
-    r"""Inverse survival function :math:`F_{\chi_d}^{-1}(1 - q)`, accurate for small ``q``.
-
-    Equals ``scipy.stats.chi(dim).isf(q)``. With :func:`chi_ppf` it gives the
-    negative-monotone pair :math:`(F^{-1}(u), F^{-1}(1 - u))` of eq:negative_monotone_coupling
-    without rounding :math:`1 - u`.
-    """
-    return np.sqrt(2.0 * special.gammainccinv(0.5 * dim, np.asarray(q, dtype=np.float64)))
-
-
-def _chi_logpdf(w: np.ndarray, dim: int) -> np.ndarray:
-    with np.errstate(divide="ignore"):
-        return ((dim - 1) * np.log(w) - 0.5 * w**2 - (0.5 * dim - 1.0) * math.log(2.0)
-                - special.gammaln(0.5 * dim))
-
-
-def _normal_to_chi_numpy(g: np.ndarray, dim: int) -> np.ndarray:
-    # Upper half through the survival function: Phi(g) rounds to 1 for g > 8.3.
-    lower = g <= 0
-    w = np.empty_like(g)
-    w[lower] = chi_ppf(special.ndtr(g[lower]), dim)
-    w[~lower] = chi_isf(special.ndtr(-g[~lower]), dim)
-    return w
-
-
-class _QuantileFunction(torch.autograd.Function):
-    """Scalar quantile map evaluated by scipy, with a derivative computed alongside it.
-
-    The derivatives come from implicit differentiation of the CDF, so only the forward
-    value needs scipy; double backward is not supported.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, dim: int, from_normal: bool) -> Tensor:  # type: ignore[override]
-        x64 = x.detach().cpu().to(torch.float64).numpy()
-        if from_normal:
-            w = _normal_to_chi_numpy(x64, dim)
-            log_density_in = -0.5 * x64**2 - 0.5 * math.log(2.0 * math.pi)
-        else:
-            w = chi_ppf(x64, dim)
-            log_density_in = np.zeros_like(x64)
-        with np.errstate(over="ignore"):
-            slope = np.exp(log_density_in - _chi_logpdf(w, dim))
-        ctx.save_for_backward(torch.from_numpy(slope).to(device=x.device, dtype=x.dtype))
-        return torch.from_numpy(w).to(device=x.device, dtype=x.dtype)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
-        (slope,) = ctx.saved_tensors
-        return grad * slope, None, None
-
-
-def chi_quantile(u: Tensor, dim: int) -> Tensor:
-    r"""Differentiable :math:`w = F_{\chi_d}^{-1}(u)` for a tensor of probabilities.
-
-    .. math::
-
-        \frac{\partial w}{\partial u} = \frac{1}{p_{\chi_d}(w)}
-
-    by implicit differentiation of :math:`F_{\chi_d}(w) = u` (paper, app:copulas).
-
-    :param u: Probabilities in ``(0, 1)``.
-    :param dim: Degrees of freedom :math:`d`.
-    """
-    dim = check_positive_int("dim", dim)
-    if not isinstance(u, Tensor):
-        raise TypeError(f"u must be a torch.Tensor, got {type(u).__name__}")
-    return _QuantileFunction.apply(u, dim, False)
-
-
-def normal_to_chi(g: Tensor, dim: int) -> Tensor:
-    r"""Differentiable :math:`w = F_{\chi_d}^{-1}(\Phi(g))`: standard normals to :math:`\chi_d` variables.
-
-    This is the Gaussian-copula push-forward of app:copulas. The derivative is
-
-    .. math::
-
-        \frac{\partial w}{\partial g} = \frac{\varphi(g)}{p_{\chi_d}(w)},
-
-    evaluated as a ratio of log-densities, and the upper tail goes through the survival
-    function, so both stay accurate for large :math:`|g|`.
-
-    :param g: Standard-normal variables (any shape).
-    :param dim: Degrees of freedom :math:`d`.
-    """
-    dim = check_positive_int("dim", dim)
-    if not isinstance(g, Tensor):
-        raise TypeError(f"g must be a torch.Tensor, got {type(g).__name__}")
-    return _QuantileFunction.apply(g, dim, True)
+# --------------------------------------------------------------------------- orthogonal directions
 
 
 def random_orthogonal_matrices(shape: Sequence[int], dim: int,
@@ -260,7 +141,11 @@ def random_orthogonal_matrices(shape: Sequence[int], dim: int,
 # --------------------------------------------------------------------------- interface
 
 
-class FrequencyCoupling(torch.nn.Module, ABC):
+#: Registry of frequency couplings: every subclass with a ``name`` joins it.
+FREQUENCY_COUPLINGS: Registry[FrequencyCoupling] = Registry("frequency coupling")
+
+
+class FrequencyCoupling(torch.nn.Module, Registered, ABC, registry=FREQUENCY_COUPLINGS):
     r"""Interface: a joint law of ``num_features`` frequencies in :math:`\mathbb R^d`.
 
     Subclasses must keep every frequency marginally :math:`\mathcal N(0, \mathbf I_d)`
@@ -269,7 +154,9 @@ class FrequencyCoupling(torch.nn.Module, ABC):
 
     Implement :meth:`sample_noise` (numpy, all the randomness) and
     :meth:`noise_to_frequencies` (torch, deterministic). A coupling with parameters
-    registers them as usual on this :class:`torch.nn.Module`.
+    registers them as usual on this :class:`torch.nn.Module`. A subclass that sets
+    ``name`` is registered in :data:`FREQUENCY_COUPLINGS`; one with constructor
+    arguments returns them from :meth:`params`.
     """
 
     #: Short name used in reports, JSON and the command line.
@@ -315,7 +202,7 @@ class FrequencyCoupling(torch.nn.Module, ABC):
         """
         num_features = check_positive_int("num_features", num_features)
         dim = check_positive_int("dim", dim)
-        shape = _check_batch_shape(batch_shape)
+        shape = check_batch_shape(batch_shape)
         dtype = torch.get_default_dtype() if dtype is None else dtype
         if not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
@@ -360,7 +247,7 @@ class FrequencyCoupling(torch.nn.Module, ABC):
 # --------------------------------------------------------------------------- unstructured
 
 
-class IIDCoupling(FrequencyCoupling):
+class IIDFrequencyCoupling(FrequencyCoupling):
     r"""Independent frequencies :math:`\boldsymbol\omega_i \sim \mathcal N(0, \mathbf I_d)` (Rahimi & Recht)."""
 
     name = "iid"
@@ -555,20 +442,36 @@ class GaussianCopulaCoupling(_OrthogonalEnsembleCoupling):
     :param dim: Ensemble size = input dimension :math:`d` (the copula is :math:`d \times d`).
     :param correlation: Optional initial correlation matrix :math:`\boldsymbol\Sigma`
         (symmetric positive definite with unit diagonal).
+    :param theta: Optional initial parameters :math:`\boldsymbol\theta` (length
+        :math:`d(d-1)/2`, row-major strictly lower triangle), as saved by :meth:`params`;
+        exclusive with ``correlation``.
     """
 
     name = "copula"
 
-    def __init__(self, dim: int, correlation: Tensor | np.ndarray | None = None) -> None:
+    def __init__(self, dim: int, correlation: Tensor | np.ndarray | None = None, *,
+                 theta: Sequence[float] | Tensor | None = None) -> None:
         super().__init__()
         self.dim = check_positive_int("dim", dim)
         rows, cols = torch.tril_indices(self.dim, self.dim, offset=-1)
         self.register_buffer("_rows", rows, persistent=False)
         self.register_buffer("_cols", cols, persistent=False)
-        theta = torch.zeros(rows.numel(), dtype=torch.get_default_dtype())
+        initial = torch.zeros(rows.numel(), dtype=torch.get_default_dtype())
+        if correlation is not None and theta is not None:
+            raise ValueError("pass correlation or theta, not both")
         if correlation is not None:
-            theta = self._theta_from_correlation(correlation).to(theta.dtype)
-        self.theta = torch.nn.Parameter(theta)
+            initial = self._theta_from_correlation(correlation).to(initial.dtype)
+        if theta is not None:
+            given = torch.as_tensor(theta.detach() if isinstance(theta, Tensor) else np.asarray(theta, dtype=np.float64),
+                                    dtype=initial.dtype)
+            if given.shape != initial.shape or not torch.isfinite(given).all():
+                raise ValueError(f"theta must hold {initial.numel()} finite values for dim={self.dim}, "
+                                 f"got shape {tuple(given.shape)}")
+            initial = given
+        self.theta = torch.nn.Parameter(initial)
+
+    def params(self) -> dict[str, Any]:
+        return {"dim": self.dim, "theta": self.theta.detach().cpu().tolist()}
 
     def _theta_from_correlation(self, correlation: Tensor | np.ndarray) -> Tensor:
         matrix = torch.as_tensor(np.asarray(correlation, dtype=np.float64)
@@ -623,7 +526,7 @@ class GaussianCopulaCoupling(_OrthogonalEnsembleCoupling):
 # --------------------------------------------------------------------------- antithetic
 
 
-class AntitheticCoupling(FrequencyCoupling):
+class AntitheticFrequencyCoupling(FrequencyCoupling, register=False):
     r"""Antithetic frequencies :math:`\{\pm\boldsymbol\omega_i\}` over a base coupling (paper, thm:antithetic).
 
     Draws :math:`\lceil m/2 \rceil` frequencies from ``base`` and returns them
@@ -639,13 +542,21 @@ class AntitheticCoupling(FrequencyCoupling):
     def __init__(self, base: FrequencyCoupling | str | None = None) -> None:
         super().__init__()
         base = PairwiseNormCoupling() if base is None else get_frequency_coupling(base)
-        if isinstance(base, AntitheticCoupling):
+        if isinstance(base, AntitheticFrequencyCoupling):
             raise ValueError("base is already antithetic")
         self.base = base
 
     @property
     def name(self) -> str:  # type: ignore[override]
         return f"{self.base.name}+antithetic"
+
+    def params(self) -> dict[str, Any]:
+        return {"base": self.base.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AntitheticFrequencyCoupling:
+        """Rebuild from :meth:`to_dict` output (the base from its own description)."""
+        return cls(FREQUENCY_COUPLINGS.from_dict(data["base"]) if "base" in data else None)
 
     def sample_noise(self, num_features: int, dim: int, batch_shape: tuple[int, ...],
                      rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -658,46 +569,58 @@ class AntitheticCoupling(FrequencyCoupling):
 
 # --------------------------------------------------------------------------- registry
 
+# Its instance name depends on the base ("pnc+antithetic"), so it registers explicitly.
+FREQUENCY_COUPLINGS.register(AntitheticFrequencyCoupling, name="antithetic")
 
-_REGISTRY: dict[str, type[FrequencyCoupling]] = {
-    IIDCoupling.name: IIDCoupling,
-    HaltonCoupling.name: HaltonCoupling,
-    SobolCoupling.name: SobolCoupling,
-    OrthogonalCoupling.name: OrthogonalCoupling,
-    PairwiseNormCoupling.name: PairwiseNormCoupling,
-    PositiveMonotoneCoupling.name: PositiveMonotoneCoupling,
-}
+_ANTITHETIC_SUFFIX = "+antithetic"
 
-#: Names accepted by :func:`get_frequency_coupling` (``copula`` needs ``dim``; any of
-#: them may take the suffix ``+antithetic``).
-FREQUENCY_COUPLING_NAMES: tuple[str, ...] = (*_REGISTRY, GaussianCopulaCoupling.name, "antithetic")
+#: The built-in names (a snapshot; ``FREQUENCY_COUPLINGS.names()`` also lists couplings
+#: registered later, e.g. by users). Any of them may take the suffix ``+antithetic``.
+FREQUENCY_COUPLING_NAMES: tuple[str, ...] = FREQUENCY_COUPLINGS.names()
 
 
 def get_frequency_coupling(coupling: str | FrequencyCoupling, *,
                            dim: int | None = None) -> FrequencyCoupling:
-    """Resolve a coupling name (or instance) to a coupling instance.
+    """Resolve a registered coupling name (or an instance) to a coupling instance.
 
-    Names: ``iid``, ``halton``, ``sobol``, ``orthogonal``, ``pnc``, ``pm``, ``copula``
-    (needs ``dim``), ``antithetic`` (= ``pnc+antithetic``), and ``<name>+antithetic``.
+    Names: those of :data:`FREQUENCY_COUPLINGS` (built in: ``iid``, ``halton``,
+    ``sobol``, ``orthogonal``, ``pnc``, ``pm``, ``copula`` (needs ``dim``),
+    ``antithetic`` (= ``pnc+antithetic``)), case-insensitively for the built-in ones,
+    and ``<name>+antithetic``.
 
     :param coupling: Name or instance (returned as is).
-    :param dim: Input dimension, needed only by ``copula``.
+    :param dim: Input dimension, passed to couplings whose constructor takes ``dim``
+        (``copula``).
+    :raises ValueError: For an unknown name (listing the known ones) or a missing ``dim``.
+    :raises TypeError: If ``coupling`` is neither a str nor a coupling.
     """
     if isinstance(coupling, FrequencyCoupling):
         return coupling
     if not isinstance(coupling, str):
         raise TypeError(f"coupling must be a str or FrequencyCoupling, got {type(coupling).__name__}")
-    spec = coupling.strip().lower()
-    if spec == "antithetic":
-        return AntitheticCoupling()
-    if spec.endswith("+antithetic"):
-        return AntitheticCoupling(get_frequency_coupling(spec[: -len("+antithetic")], dim=dim))
-    if spec in _REGISTRY:
-        return _REGISTRY[spec]()
-    if spec == GaussianCopulaCoupling.name:
+    spec = coupling.strip()
+    if spec not in FREQUENCY_COUPLINGS:
+        spec = spec.lower()
+    if spec.endswith(_ANTITHETIC_SUFFIX) and spec not in FREQUENCY_COUPLINGS:
+        return AntitheticFrequencyCoupling(get_frequency_coupling(spec[: -len(_ANTITHETIC_SUFFIX)], dim=dim))
+    if spec not in FREQUENCY_COUPLINGS:
+        raise ValueError(f"unknown frequency coupling {coupling!r}; choose from "
+                         f"{list(FREQUENCY_COUPLINGS.names())} (optionally with '+antithetic') "
+                         "or pass a FrequencyCoupling")
+    cls = FREQUENCY_COUPLINGS.get(spec)
+    if "dim" in inspect.signature(cls).parameters:
         if dim is None:
-            raise ValueError("the copula coupling needs dim (the input dimension)")
-        return GaussianCopulaCoupling(dim)
-    raise ValueError(f"unknown frequency coupling {coupling!r}; choose from "
-                     f"{list(FREQUENCY_COUPLING_NAMES)} (optionally with '+antithetic') "
-                     "or pass a FrequencyCoupling")
+            raise ValueError(f"the {spec} coupling needs dim (the input dimension)")
+        return cls(dim=dim)  # type: ignore[call-arg]
+    return cls()
+
+
+def frequency_coupling_from_dict(data: dict[str, Any]) -> FrequencyCoupling:
+    """Inverse of :meth:`FrequencyCoupling.to_dict` for every registered coupling."""
+    return FREQUENCY_COUPLINGS.from_dict(data)
+
+
+__getattr__ = deprecated_aliases(__name__, {
+    "IIDCoupling": ("IIDFrequencyCoupling", lambda: IIDFrequencyCoupling),
+    "AntitheticCoupling": ("AntitheticFrequencyCoupling", lambda: AntitheticFrequencyCoupling),
+})

@@ -34,8 +34,10 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from .._random import SeedLike, as_numpy_generator, draw_seed
-from ..graphs import Graph
+from ..graphs import Graph, erdos_renyi_graph
 from ..modulation import GraphKernelSeries
+from ..progress import progress
+from .proposals import NeighbourProposal, get_proposal
 from .walk_lengths import SigmaCoupling, check_p_halt, geometric_quantile
 
 __all__ = [
@@ -49,10 +51,8 @@ __all__ = [
 
 
 def default_fitting_graph(num_nodes: int = 100, edge_probability: float = 0.1, seed: int = 0) -> Graph:
-    """The paper's fitting graph: an Erdős–Rényi graph (``networkx.gnp_random_graph``)."""
-    import networkx as nx
-
-    return Graph.from_networkx(nx.gnp_random_graph(num_nodes, edge_probability, seed=seed), weight=None)
+    """The paper's fitting graph: an Erdős–Rényi graph (:func:`gp_couple.graphs.erdos_renyi_graph`)."""
+    return erdos_renyi_graph(num_nodes, edge_probability, seed)
 
 
 def quantile_bin_lengths(bin_index: int, order: int, shape: tuple[int, ...], p_halt: float,
@@ -79,15 +79,16 @@ def _check_samples(samples_per_bin: int) -> int:
 
 
 def _bin_projections(graph: Graph, graph_kernel: GraphKernelSeries, p_halt: float, order: int,
-                     samples_per_bin: int, rng: np.random.Generator) -> np.ndarray:
+                     samples_per_bin: int, rng: np.random.Generator,
+                     proposal: NeighbourProposal | None = None) -> np.ndarray:
     r"""Monte Carlo :math:`\widehat\Psi_q` for every bin, shape ``(order, N, N)``."""
     from ..features.walks import walk_with_lengths
 
     n = graph.num_nodes
     projections = np.empty((order, n, n))
-    for q in range(order):
+    for q in progress(range(order), description="fitting sigma (GRF)", unit="bin"):
         lengths = quantile_bin_lengths(q, order, (n, samples_per_bin), p_halt, rng)
-        steps = walk_with_lengths(graph, lengths, p_halt, seed=draw_seed(rng))
+        steps = walk_with_lengths(graph, lengths, p_halt, seed=draw_seed(rng), proposal=proposal)
         with torch.no_grad():
             f = graph_kernel.modulation(steps.max_step + 1).detach().to(torch.float64).reshape(-1)
         projections[q] = steps.feature_matrix(f).toarray()
@@ -111,7 +112,7 @@ def grf_matching_cost(projections: np.ndarray) -> np.ndarray:
 
 def fit_sigma_coupling(graph_kernel: GraphKernelSeries, p_halt: float, order: int = 30, *,
                        graph: Graph | None = None, samples_per_bin: int = 100,
-                       seed: SeedLike = 0) -> SigmaCoupling:
+                       seed: SeedLike = 0, proposal: NeighbourProposal | str | None = None) -> SigmaCoupling:
     r"""Fit a :math:`\sigma`-coupling for graph random features (def:coupled_grfs_def).
 
     :param graph_kernel: The kernel the features estimate (its modulation defines
@@ -122,6 +123,8 @@ def fit_sigma_coupling(graph_kernel: GraphKernelSeries, p_halt: float, order: in
         The cost sums over all node pairs, so keep it small (it is O(n^2 N^3)).
     :param samples_per_bin: Walks per node and bin used to estimate :math:`\widehat\psi`.
     :param seed: Seed.
+    :param proposal: Neighbour proposal of the fitting walks (default ``"weighted"``;
+        see :mod:`gp_couple.couplings.proposals`).
     :return: The fitted coupling, with provenance in ``metadata``.
     """
     p = check_p_halt(p_halt)
@@ -135,33 +138,35 @@ def fit_sigma_coupling(graph_kernel: GraphKernelSeries, p_halt: float, order: in
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a gp_couple.Graph, got {type(graph).__name__}")
     rng = as_numpy_generator(seed)
-    cost = grf_matching_cost(_bin_projections(graph, graph_kernel, p, order, samples, rng))
+    proposal = get_proposal(proposal)
+    cost = grf_matching_cost(_bin_projections(graph, graph_kernel, p, order, samples, rng, proposal))
     rows, permutation = linear_sum_assignment(cost)
     return SigmaCoupling(permutation[np.argsort(rows)], p_halt=p, metadata={
         "objective": "grf", "kernel": type(graph_kernel).__name__,
         "hyperparameters": graph_kernel.hyperparameters(), "fit_graph_nodes": graph.num_nodes,
-        "fit_graph_edges": graph.num_edges, "samples_per_bin": samples,
+        "fit_graph_edges": graph.num_edges, "samples_per_bin": samples, "proposal": proposal.name,
         "cost": float(cost[rows, permutation].sum()),
         "identity_cost": float(np.trace(cost))})
 
 
 def pagerank_matching_cost(graph: Graph, p_halt: float, order: int, samples_per_bin: int,
-                           rng: np.random.Generator) -> np.ndarray:
+                           rng: np.random.Generator, proposal: NeighbourProposal | None = None) -> np.ndarray:
     r"""PageRank matching cost :math:`C[q, q'] = \langle H_q, H_{q'} \rangle_F` (eq:matching_pagerank)."""
     from ..features.walks import walk_endpoints_with_lengths
 
     n = graph.num_nodes
     histograms = np.empty((order, n * n))
     starts = np.repeat(np.arange(n, dtype=np.int64), samples_per_bin)
-    for q in range(order):
+    for q in progress(range(order), description="fitting sigma (PageRank)", unit="bin"):
         lengths = quantile_bin_lengths(q, order, (n, samples_per_bin), p_halt, rng)
-        endpoints = walk_endpoints_with_lengths(graph, lengths, seed=draw_seed(rng))
+        endpoints = walk_endpoints_with_lengths(graph, lengths, seed=draw_seed(rng), proposal=proposal)
         histograms[q] = np.bincount(starts * n + endpoints.ravel(), minlength=n * n) / samples_per_bin
     return histograms @ histograms.T
 
 
 def fit_pagerank_sigma_coupling(p_halt: float, order: int = 10, *, graph: Graph | None = None,
-                                samples_per_bin: int = 1000, seed: SeedLike = 0) -> SigmaCoupling:
+                                samples_per_bin: int = 1000, seed: SeedLike = 0,
+                                proposal: NeighbourProposal | str | None = None) -> SigmaCoupling:
     r"""Fit a :math:`\sigma`-coupling for PageRank estimation with two walkers (eq:matching_pagerank).
 
     :param p_halt: Termination (teleport) probability.
@@ -169,6 +174,8 @@ def fit_pagerank_sigma_coupling(p_halt: float, order: int = 10, *, graph: Graph 
     :param graph: Fitting graph without isolated nodes (default: ER with N = 100).
     :param samples_per_bin: Walks per node and bin for the endpoint probabilities.
     :param seed: Seed.
+    :param proposal: Neighbour proposal of the fitting walks, i.e. the chain whose PageRank
+        is estimated (default ``"weighted"``).
     """
     p = check_p_halt(p_halt)
     order = _check_order(order)
@@ -177,9 +184,10 @@ def fit_pagerank_sigma_coupling(p_halt: float, order: int = 10, *, graph: Graph 
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a gp_couple.Graph, got {type(graph).__name__}")
     rng = as_numpy_generator(seed)
-    cost = pagerank_matching_cost(graph, p, order, samples, rng)
+    proposal = get_proposal(proposal)
+    cost = pagerank_matching_cost(graph, p, order, samples, rng, proposal)
     rows, permutation = linear_sum_assignment(cost)
     return SigmaCoupling(permutation[np.argsort(rows)], p_halt=p, metadata={
-        "objective": "pagerank", "fit_graph_nodes": graph.num_nodes,
+        "objective": "pagerank", "fit_graph_nodes": graph.num_nodes, "proposal": proposal.name,
         "fit_graph_edges": graph.num_edges, "samples_per_bin": samples,
         "cost": float(cost[rows, permutation].sum()), "identity_cost": float(np.trace(cost))})

@@ -31,8 +31,13 @@ A coupling that mirrors the quantile of the first walker of each pair
             u1 = rng.random(num_pairs)
             return geometric_quantile(u1, p_halt), geometric_quantile(1.0 - u1, p_halt)
 
-It plugs in anywhere a built-in coupling does, e.g.
-``GRFKernel(graph, num_walkers=16, p_halt=0.4, coupling=QuantileMirror())``.
+Setting ``name`` registers the class in :data:`WALK_LENGTH_COUPLINGS` (see
+:mod:`gp_couple.registry`), so it plugs in anywhere a built-in coupling does, by
+instance or by name, e.g.
+``GRFKernel(graph, num_walkers=16, p_halt=0.4, coupling="quantile-mirror")``, and a
+kernel using it saves and reloads into a freshly built kernel. A coupling with
+parameters returns them from :meth:`~gp_couple.registry.Registered.params` (the
+keyword arguments of its constructor) so that ``to_dict`` / ``from_dict`` round-trip.
 Because ``1 - u_1`` is uniform, each length is geometric and the estimates stay
 unbiased; ``tests/couplings/test_walk_lengths.py`` shows how to check both properties.
 """
@@ -49,13 +54,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._counter_random import geometric_lengths
+from .._deprecation import deprecated_aliases
 from .._random import SeedLike, as_numpy_generator, draw_seed
+from ..registry import Registered, Registry
 
 __all__ = [
+    "WALK_LENGTH_COUPLINGS",
     "WalkLengthCoupling",
     "PairedWalkLengthCoupling",
-    "IIDLengths",
-    "AntitheticTermination",
+    "IIDWalkLengthCoupling",
+    "AntitheticWalkLengthCoupling",
     "SigmaCoupling",
     "geometric_quantile",
     "check_p_halt",
@@ -101,12 +109,17 @@ def _check_num(name: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
-class WalkLengthCoupling(ABC):
+#: Registry of walk-length couplings: every subclass with a ``name`` joins it.
+WALK_LENGTH_COUPLINGS: Registry[WalkLengthCoupling] = Registry("walk-length coupling")
+
+
+class WalkLengthCoupling(Registered, ABC, registry=WALK_LENGTH_COUPLINGS):
     """Interface: draw the walk lengths of ``num_walkers`` walkers from each of ``num_starts`` nodes.
 
     Subclasses must keep every walker's marginal length geometric (see the module
     docstring) and may correlate the walkers of the same start node. Walkers of
-    different start nodes must be independent.
+    different start nodes must be independent. A subclass that sets ``name`` is
+    registered in :data:`WALK_LENGTH_COUPLINGS`.
     """
 
     #: Short name used in reports, JSON and the command line.
@@ -124,21 +137,17 @@ class WalkLengthCoupling(ABC):
         :return: int64 array of shape ``(num_starts, num_walkers)``.
         """
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable description; :func:`coupling_from_dict` inverts it."""
-        return {"type": self.name}
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.to_dict() == other.to_dict()  # type: ignore[union-attr]
+        return type(self) is type(other) and self.params() == other.params()  # type: ignore[attr-defined]
 
     def __hash__(self) -> int:
-        return hash(json.dumps(self.to_dict(), sort_keys=True))
+        return hash((type(self), json.dumps(self.params(), sort_keys=True)))
 
 
-class IIDLengths(WalkLengthCoupling):
+class IIDWalkLengthCoupling(WalkLengthCoupling):
     """Independent geometric walk lengths (the standard GRF estimator)."""
 
     name = "iid"
@@ -184,7 +193,7 @@ class PairedWalkLengthCoupling(WalkLengthCoupling):
         return lengths
 
 
-class AntitheticTermination(PairedWalkLengthCoupling):
+class AntitheticWalkLengthCoupling(PairedWalkLengthCoupling):
     r"""Antithetic termination (Reid et al. 2023; paper, app:antithetic_term).
 
     At every step the two walkers of a pair share a uniform :math:`t`: walker 1 halts
@@ -247,6 +256,9 @@ class SigmaCoupling(PairedWalkLengthCoupling):
         perm = np.asarray(permutation)
         if perm.ndim != 1 or perm.size == 0:
             raise ValueError("permutation must be a non-empty 1-D sequence")
+        if perm.dtype == np.bool_ or not (np.issubdtype(perm.dtype, np.integer)
+                                          or np.issubdtype(perm.dtype, np.floating)):
+            raise TypeError(f"permutation must hold integers, got dtype {perm.dtype}")
         if not np.issubdtype(perm.dtype, np.integer):
             if not np.all(np.equal(np.mod(perm, 1), 0)):
                 raise TypeError("permutation must hold integers")
@@ -257,6 +269,12 @@ class SigmaCoupling(PairedWalkLengthCoupling):
         self.permutation = perm.astype(np.int64)
         self.permutation.setflags(write=False)
         self.p_halt = None if p_halt is None else check_p_halt(p_halt)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+        try:
+            json.dumps(metadata)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"metadata must be JSON-serialisable ({error})") from error
         self.metadata = dict(metadata or {})
 
     @property
@@ -283,19 +301,64 @@ class SigmaCoupling(PairedWalkLengthCoupling):
         u2 = (self.permutation[bins] + rng.random(num_pairs)) / n
         return geometric_quantile(u1, p), geometric_quantile(np.minimum(u2, np.nextafter(1.0, 0.0)), p)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.name, "order": self.order,
-                "permutation": self.permutation.tolist(), "p_halt": self.p_halt,
-                "metadata": self.metadata}
+    def params(self) -> dict[str, Any]:
+        return {"order": self.order, "permutation": self.permutation.tolist(),
+                "p_halt": self.p_halt, "metadata": self.metadata}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SigmaCoupling:
-        """Rebuild from :meth:`to_dict` output."""
+        """Rebuild from :meth:`to_dict` output, validated against its schema.
+
+        The schema (what :meth:`save` writes): a JSON object with ``"type": "sigma"``, a
+        non-empty ``"permutation"`` list of integers forming a permutation of
+        ``0..n-1``, and optionally ``"order"`` (an integer equal to ``n``),
+        ``"p_halt"`` (``null`` or a number in ``(0, 1)``) and ``"metadata"`` (``null`` or
+        an object). Other fields are errors, so that a misspelt field is not ignored.
+
+        :param data: The description.
+        :raises TypeError: If ``data`` is not a dict or a field has the wrong JSON type
+            (e.g. booleans, floats, strings or ``null`` in ``permutation``); the message
+            names the field.
+        :raises ValueError: For a wrong ``type``, a missing ``permutation``, an unknown
+            field, an ``order`` that disagrees with the permutation, or a bad value.
+        """
+        if not isinstance(data, dict):
+            raise TypeError(f"a sigma-coupling description must be a JSON object (dict), got "
+                            f"{type(data).__name__}")
         if data.get("type") != cls.name:
             raise ValueError(f"not a sigma-coupling description: type={data.get('type')!r}")
+        unknown = sorted(set(data) - _SIGMA_FIELDS)
+        if unknown:
+            raise ValueError(f"sigma-coupling description has unknown field(s) {unknown}; "
+                             f"expected {sorted(_SIGMA_FIELDS)}")
         if "permutation" not in data:
             raise ValueError("sigma-coupling description has no 'permutation'")
-        return cls(data["permutation"], data.get("p_halt"), data.get("metadata"))
+        permutation = data["permutation"]
+        if not isinstance(permutation, list) or not permutation:
+            raise TypeError(f"sigma-coupling field 'permutation' must be a non-empty list of integers, "
+                            f"got {_json_type(permutation)}")
+        for position, entry in enumerate(permutation):
+            if isinstance(entry, bool) or not isinstance(entry, int):
+                raise TypeError(f"sigma-coupling field 'permutation' must hold integers, got "
+                                f"{_json_type(entry)} {entry!r} at position {position}")
+        order = data.get("order")
+        if order is not None:
+            if isinstance(order, bool) or not isinstance(order, int):
+                raise TypeError(f"sigma-coupling field 'order' must be an integer, got {_json_type(order)}")
+            if order != len(permutation):
+                raise ValueError(f"sigma-coupling field 'order' is {order} but 'permutation' has "
+                                 f"{len(permutation)} entries")
+        p_halt = data.get("p_halt")
+        if p_halt is not None and (isinstance(p_halt, bool) or not isinstance(p_halt, (int, float))):
+            raise TypeError(f"sigma-coupling field 'p_halt' must be null or a number, got {_json_type(p_halt)}")
+        metadata = data.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError(f"sigma-coupling field 'metadata' must be null or an object, got "
+                            f"{_json_type(metadata)}")
+        try:
+            return cls(permutation, p_halt, metadata)
+        except ValueError as error:
+            raise ValueError(f"sigma-coupling description: {error}") from error
 
     def save(self, path: str | Path) -> None:
         """Write the fitted permutation and its provenance as JSON."""
@@ -311,40 +374,66 @@ class SigmaCoupling(PairedWalkLengthCoupling):
             data = json.loads(file.read_text())
         except json.JSONDecodeError as error:
             raise ValueError(f"{file} is not valid JSON: {error}") from error
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{file}: {error}") from error
 
     def __repr__(self) -> str:
         return f"SigmaCoupling(order={self.order}, p_halt={self.p_halt})"
 
 
-_REGISTRY: dict[str, type[WalkLengthCoupling]] = {
-    IIDLengths.name: IIDLengths,
-    AntitheticTermination.name: AntitheticTermination,
-}
+#: Fields of a sigma-coupling description (see :meth:`SigmaCoupling.from_dict`).
+_SIGMA_FIELDS = frozenset({"type", "order", "permutation", "p_halt", "metadata"})
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if isinstance(value, int) else "float"
+    if isinstance(value, str):
+        return "string"
+    return {list: "list", dict: "object"}.get(type(value), type(value).__name__)
 
 
 def get_walk_length_coupling(coupling: str | WalkLengthCoupling) -> WalkLengthCoupling:
-    """Resolve ``"iid"`` / ``"antithetic"`` (or a coupling instance) to a coupling instance."""
+    """Resolve a registered name (``"iid"``, ``"antithetic"``, a user's) or an instance to an instance.
+
+    :param coupling: A name in :data:`WALK_LENGTH_COUPLINGS` whose class needs no
+        arguments, or a :class:`WalkLengthCoupling` (returned as is).
+    :raises ValueError: For an unknown name, listing the known ones, or a coupling that
+        needs parameters (a fitted σ-coupling).
+    :raises TypeError: For anything else.
+    """
     if isinstance(coupling, WalkLengthCoupling):
         return coupling
     if isinstance(coupling, str):
-        if coupling in _REGISTRY:
-            return _REGISTRY[coupling]()
         if coupling == SigmaCoupling.name:
             raise ValueError(
                 "a sigma-coupling needs a fitted permutation: build it with "
                 "fit_sigma_coupling(...) or SigmaCoupling.load(path)")
-        raise ValueError(
-            f"unknown walk-length coupling {coupling!r}; choose from "
-            f"{sorted(_REGISTRY) + [SigmaCoupling.name]} or pass a WalkLengthCoupling")
+        if coupling not in WALK_LENGTH_COUPLINGS:
+            raise ValueError(
+                f"unknown walk-length coupling {coupling!r}; choose from "
+                f"{list(WALK_LENGTH_COUPLINGS.names())} or pass a WalkLengthCoupling")
+        try:
+            return WALK_LENGTH_COUPLINGS.create(coupling)
+        except TypeError as error:
+            raise ValueError(f"the {coupling!r} walk-length coupling needs parameters ({error}): "
+                             "pass an instance") from error
     raise TypeError(f"coupling must be a str or WalkLengthCoupling, got {type(coupling).__name__}")
 
 
 def coupling_from_dict(data: dict[str, Any]) -> WalkLengthCoupling:
-    """Inverse of :meth:`WalkLengthCoupling.to_dict` for the built-in couplings."""
-    kind = data.get("type")
-    if kind == SigmaCoupling.name:
-        return SigmaCoupling.from_dict(data)
-    if kind in _REGISTRY:
-        return _REGISTRY[kind]()
-    raise ValueError(f"unknown walk-length coupling type {kind!r}")
+    """Inverse of :meth:`WalkLengthCoupling.to_dict` for every registered coupling."""
+    return WALK_LENGTH_COUPLINGS.from_dict(data)
+
+
+__getattr__ = deprecated_aliases(__name__, {
+    "IIDLengths": ("IIDWalkLengthCoupling", lambda: IIDWalkLengthCoupling),
+    "AntitheticTermination": ("AntitheticWalkLengthCoupling", lambda: AntitheticWalkLengthCoupling),
+})

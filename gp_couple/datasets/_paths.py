@@ -88,6 +88,19 @@ CHECKSUMS: Mapping[str, str] = MappingProxyType({
         "5dac2c54a72dccfbd59c7d7e9acec95be96890880596b8854321d2c7883fdff4",
     "graphs/california_roads/cal_edges.csv":
         "724992d77bce679d9a4cc99349f3ab3a3bcde2a1a55c417d5181fe1f3650390f",
+    # Node files with class labels (read by gp_couple.datasets.load_node_labels).
+    "graphs/karate/karate_nodes.csv":
+        "a99d1c61aeaf79ce9e603e891c1665632a2da172af31d96e10d898df85c29183",
+    "graphs/football/football_nodes.csv":
+        "9200257dd933e3d5c85fbfcf4881d6c1fc66820cc9fb4d8b918858175c788ee2",
+    "graphs/polbooks/polbooks_nodes.csv":
+        "69e7ad6fca7d5d5e866a0993d71ba07a5d35b02033a578d44dc0fc927acd9dd0",
+    "graphs/cora/cora_nodes.csv":
+        "de79e54232acc37c9996eb5bb15274304fd38c389adf74647153b4ee6058709f",
+    "graphs/citeseer/citeseer_nodes.csv":
+        "7a17bb60a47ed30ca2bd3a4032224638321407f30bf2a1be0c2628b74e59c2a6",
+    "graphs/pubmed/pubmed_nodes.csv":
+        "f4deb12f26c0d16656a51ae0abcc39a9bc6a8877a58bef51515d57fac8719b1c",
     "uci/concrete/concrete.csv":
         "fad097d25db12e69b0eb7bd0c61b2d40ccb4ca2af5bafffc9bf3616b210f59a6",
     "uci/abalone/abalone_numeric.csv":

@@ -5,18 +5,21 @@ checksum is verified, and are checked against their known node and edge counts (
 ``datasets/graphs.md``). All named graphs are unweighted and simple. Node counts come
 from the registry, so isolated nodes are kept (citeseer has 48).
 
-Any other edge list can be loaded from a path: a CSV file with one header line and
-either two integer node columns and an optional third weight column, or named
-columns ``source``/``target`` (or ``u``/``v``) with an optional ``weight`` column (other
-columns are ignored). A directory is searched for its single ``*_edges.csv`` (or
-``edges.csv``) file, and a single ``*_nodes.csv`` (or ``nodes.csv``) beside it, if
-present, gives the number of nodes.
+Any other edge list can be loaded from a path: a CSV file with either two integer node
+columns and an optional third weight column, or named columns ``source``/``target`` (or
+``u``/``v``) with an optional ``weight`` column (other columns are ignored). The first
+row is a header line if and only if one of its fields is not a number, so a headerless
+file (``0,1\n1,2\n2,3``) keeps its first edge. A directory is searched for its single
+``*_edges.csv`` (or ``edges.csv``) file, and a single ``*_nodes.csv`` (or ``nodes.csv``)
+beside it, if present, gives the number of nodes (its rows, less a header row detected
+the same way).
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +29,8 @@ import numpy as np
 from ..graphs import Graph
 from ._paths import PathLike, data_file, looks_like_name
 
-__all__ = ["GRAPHS", "GraphSpec", "available_graphs", "load_graph"]
+__all__ = ["GRAPHS", "NODE_LABELS", "GraphSpec", "LabelSpec", "available_graphs", "load_graph",
+           "load_node_labels"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,35 @@ GRAPHS: dict[str, GraphSpec] = {
     "california_roads": GraphSpec("graphs/california_roads/cal_edges.csv", 21048, 21693, (1, 2)),
 }
 
+@dataclass(frozen=True)
+class LabelSpec:
+    """Where a named graph's node classes live.
+
+    :ivar file: Node file, relative to the data directory (one row per node, in node order).
+    :ivar column: Header name of the class column.
+    :ivar unlabelled: The value marking nodes without a class, if any.
+    """
+
+    file: str
+    column: str
+    unlabelled: str | None = None
+
+
+#: Named graphs with node classes (``datasets/README.md``): karate's club, football's
+#: conference, polbooks' political leaning and the citation graphs' subject.
+NODE_LABELS: dict[str, LabelSpec] = {
+    "karate": LabelSpec("graphs/karate/karate_nodes.csv", "club"),
+    "football": LabelSpec("graphs/football/football_nodes.csv", "value"),
+    "polbooks": LabelSpec("graphs/polbooks/polbooks_nodes.csv", "value"),
+    "cora": LabelSpec("graphs/cora/cora_nodes.csv", "label"),
+    "citeseer": LabelSpec("graphs/citeseer/citeseer_nodes.csv", "label", unlabelled="-1"),
+    "pubmed": LabelSpec("graphs/pubmed/pubmed_nodes.csv", "label"),
+}
+
 _NODE_COLUMN_NAMES = (("source", "target"), ("u", "v"))
+#: A field that reads as a number (decimal or scientific notation). Words that float()
+#: also accepts ("nan", "inf", "infinity") are header names here, not data.
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def available_graphs() -> tuple[str, ...]:
@@ -76,12 +108,12 @@ def available_graphs() -> tuple[str, ...]:
     return tuple(GRAPHS)
 
 
-def _load_columns(path: Path, columns: list[int]) -> np.ndarray:
+def _load_columns(path: Path, columns: list[int], skip_rows: int = 1) -> np.ndarray:
     try:
         with warnings.catch_warnings():
             # An empty table is reported below with the file's name.
             warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
-            table = np.loadtxt(path, delimiter=",", skiprows=1, usecols=columns, ndmin=2,
+            table = np.loadtxt(path, delimiter=",", skiprows=skip_rows, usecols=columns, ndmin=2,
                                dtype=np.float64, quotechar='"')
     except ValueError as error:
         raise ValueError(f"{path}: cannot read columns {columns} as numbers ({error})") from error
@@ -96,29 +128,42 @@ def _node_indices(values: np.ndarray, path: Path) -> np.ndarray:
     return values.astype(np.int64)
 
 
-def _edge_csv_columns(path: Path) -> tuple[list[int], int | None]:
-    """Node columns and optional weight column of a user edge-list CSV, from its header."""
+def _first_row(path: Path) -> list[str] | None:
     with open(path, newline="") as handle:
-        header = next(csv.reader(handle), None)
-    if not header:
-        raise ValueError(f"{path} is empty: expected a header line and one edge per row")
-    names = [name.strip().lower() for name in header]
-    for first, second in _NODE_COLUMN_NAMES:
-        if first in names and second in names:
+        return next(csv.reader(handle), None)
+
+
+def _is_header(row: list[str]) -> bool:
+    """A first row is a header when any of its fields is not a number."""
+    return any(_NUMBER.fullmatch(field.strip()) is None for field in row)
+
+
+def _edge_csv_columns(path: Path) -> tuple[list[int], int | None, int]:
+    """Node columns, optional weight column and header rows (0 or 1) of a user edge-list CSV."""
+    first = _first_row(path)
+    if not first:
+        raise ValueError(f"{path} is empty: expected an optional header line and one edge per row")
+    header_rows = int(_is_header(first))
+    names = [name.strip().lower() for name in first] if header_rows else []
+    for source, target in _NODE_COLUMN_NAMES:
+        if source in names and target in names:
             weight = names.index("weight") if "weight" in names else None
-            return [names.index(first), names.index(second)], weight
-    if len(names) == 2:
-        return [0, 1], None
-    if len(names) == 3:
-        return [0, 1], 2
+            return [names.index(source), names.index(target)], weight, header_rows
+    if len(first) == 2:
+        return [0, 1], None, header_rows
+    if len(first) == 3:
+        return [0, 1], 2, header_rows
     raise ValueError(
-        f"{path} has {len(names)} columns {header}: expected two node columns and an optional "
+        f"{path} has {len(first)} columns {first}: expected two node columns and an optional "
         "weight column, or columns named source,target (or u,v) and optionally weight")
 
 
 def _count_records(path: Path) -> int:
+    first = _first_row(path)
+    if not first:
+        return 0
     with open(path, newline="") as handle:
-        return max(sum(1 for _ in csv.reader(handle)) - 1, 0)
+        return sum(1 for _ in csv.reader(handle)) - int(_is_header(first))
 
 
 def _matching_files(directory: Path, patterns: tuple[str, ...], exclude: str | None = None) -> list[Path]:
@@ -128,9 +173,9 @@ def _matching_files(directory: Path, patterns: tuple[str, ...], exclude: str | N
 
 
 def _load_edge_csv(path: Path, num_nodes: int | None) -> Graph:
-    node_columns, weight_column = _edge_csv_columns(path)
+    node_columns, weight_column, header_rows = _edge_csv_columns(path)
     columns = node_columns + ([weight_column] if weight_column is not None else [])
-    table = _load_columns(path, columns)
+    table = _load_columns(path, columns, header_rows)
     edges = _node_indices(table[:, :2], path)
     weights = None
     if weight_column is not None:
@@ -208,3 +253,40 @@ def load_graph(name_or_path: PathLike, data_dir: PathLike | None = None, verify:
     if largest_component:
         graph, _ = graph.largest_component()
     return graph
+
+
+def load_node_labels(name: str, data_dir: PathLike | None = None,
+                     verify: bool = True) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Node classes of a named graph (see :data:`NODE_LABELS`), in the node order of :func:`load_graph`.
+
+    :param name: A key of :data:`NODE_LABELS` (``karate``, ``football``, ``polbooks``,
+        ``cora``, ``citeseer``, ``pubmed``).
+    :param data_dir: Data directory (default ``$GP_COUPLE_DATA``).
+    :param verify: Verify the node file's SHA-256 digest.
+    :return: ``(codes, classes)``: int64 class codes of shape ``(num_nodes,)`` indexing
+        ``classes`` (the distinct values, sorted; numerically for numeric labels), and
+        ``-1`` for unlabelled nodes (citeseer has 15).
+    :raises ValueError: For a graph without labels, or a node file whose rows do not
+        match the graph's nodes.
+    :raises FileNotFoundError: If the data directory or the file is missing.
+    """
+    if name not in NODE_LABELS:
+        raise ValueError(f"no node labels for {name!r}: labelled graphs are {', '.join(NODE_LABELS)}")
+    spec = NODE_LABELS[name]
+    path = data_file(spec.file, data_dir, verify)
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    header = [field.strip() for field in rows[0]]
+    if spec.column not in header or "node" not in header:
+        raise ValueError(f"{spec.file} has no 'node' and {spec.column!r} columns (header {header})")
+    node_column, label_column = header.index("node"), header.index(spec.column)
+    nodes = np.array([int(row[node_column]) for row in rows[1:]], dtype=np.int64)
+    values = [row[label_column].strip() for row in rows[1:]]
+    expected = GRAPHS[name].num_nodes
+    if not np.array_equal(nodes, np.arange(expected)):
+        raise ValueError(f"{spec.file} must list nodes 0..{expected - 1} in order")
+    labelled = sorted({v for v in values if v != spec.unlabelled},
+                      key=lambda v: (0, float(v), "") if _NUMBER.fullmatch(v) else (1, 0.0, v))
+    lookup = {value: code for code, value in enumerate(labelled)}
+    codes = np.array([lookup.get(value, -1) for value in values], dtype=np.int64)
+    return codes, tuple(labelled)

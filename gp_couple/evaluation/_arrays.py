@@ -5,26 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
+import torch
 
 
 def as_float64(value: Any, name: str) -> np.ndarray:
     """``value`` as a float64 numpy array; linear operators are densified (small inputs only)."""
     if hasattr(value, "to_dense") and not isinstance(value, np.ndarray):
         value = value.to_dense()
-    try:
-        import torch
-
-        if isinstance(value, torch.Tensor):
-            value = value.detach().cpu().to(torch.float64).numpy()
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        import scipy.sparse as sp
-
-        if sp.issparse(value):
-            value = value.toarray()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().to(torch.float64).numpy()
+    if sp.issparse(value):
+        value = value.toarray()
     array = np.asarray(value)
     if array.dtype == object or not np.issubdtype(array.dtype, np.number):
         raise TypeError(f"{name} must be numeric, got dtype {array.dtype}")

@@ -1,31 +1,56 @@
-"""Walk-length couplings compared by the graph experiments."""
+"""Walk-length couplings compared by the graph experiments, resolved through the registry."""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..couplings.walk_lengths import (
-    AntitheticTermination,
-    IIDLengths,
+    WALK_LENGTH_COUPLINGS,
     SigmaCoupling,
     WalkLengthCoupling,
+    get_walk_length_coupling,
 )
 
-#: The three couplings of the paper's graph experiments.
-COUPLINGS = ("iid", "antithetic", "sigma")
+#: The three couplings of the paper's graph experiments (the default selection; any
+#: registered walk-length coupling may be chosen).
+COUPLINGS = ("iid", "antithetic", SigmaCoupling.name)
+
+
+def coupling_choices() -> tuple[str, ...]:
+    """Names the graph experiments accept: every registered walk-length coupling."""
+    return WALK_LENGTH_COUPLINGS.names()
 
 
 def walk_length_couplings(names: Sequence[str], fit_sigma: Callable[[], SigmaCoupling]
                           ) -> dict[str, WalkLengthCoupling]:
-    """Instances for ``names``; the σ-coupling is fitted by ``fit_sigma`` only if asked for."""
-    couplings: dict[str, WalkLengthCoupling] = {}
-    for name in names:
-        if name == "iid":
-            couplings[name] = IIDLengths()
-        elif name == "antithetic":
-            couplings[name] = AntitheticTermination()
-        elif name == "sigma":
-            couplings[name] = fit_sigma()
-        else:
-            raise ValueError(f"unknown coupling {name!r}; choose from {COUPLINGS}")
-    return couplings
+    """Instances for ``names``; the σ-coupling is fitted by ``fit_sigma`` only if asked for.
+
+    :raises ValueError: For a name that is not registered (listing the registered ones).
+    """
+    return {name: fit_sigma() if name == SigmaCoupling.name else get_walk_length_coupling(name)
+            for name in names}
+
+
+#: Direction couplings compared by default: the paper's independent walkers and
+#: repelling random walks.
+DIRECTIONS = ("independent", "repelling")
+
+
+def add_walk_arguments(parser: Any) -> None:
+    """``--proposal`` and ``--directions``: the options of every command that samples walks."""
+    from ..couplings.directions import DIRECTION_COUPLINGS
+    from ..couplings.proposals import NEIGHBOUR_PROPOSALS
+
+    parser.add_argument("--proposal", choices=NEIGHBOUR_PROPOSALS.names(), default="weighted",
+                        help="neighbour proposal: weighted (choice in proportion to edge weight; the same "
+                             "as uniform on unweighted graphs) or uniform (default %(default)s)")
+    parser.add_argument("--directions", nargs="+", choices=DIRECTION_COUPLINGS.names(),
+                        default=list(DIRECTIONS),
+                        help="direction couplings compared with every length coupling (default %(default)s)")
+
+
+def with_direction_labels(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows whose ``coupling`` names the direction scheme too, for plots that draw one curve per coupling."""
+    if len({row.get("directions") for row in rows}) <= 1:
+        return rows
+    return [{**row, "coupling": f"{row['coupling']} ({row['directions']})"} for row in rows]

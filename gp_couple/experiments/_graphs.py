@@ -1,43 +1,7 @@
-"""Graph specifications for experiment command lines.
-
-A spec is a dataset name or edge-list path (read through :func:`gp_couple.datasets.load_graph`),
-or a procedural graph that needs no data: ``grid:ROWSxCOLS``, ``icosphere:SUBDIVISIONS``
-or ``erdos-renyi:NODES:PROBABILITY[:SEED]``.
-"""
+"""Graph specifications for experiment command lines (see :mod:`gp_couple.datasets.graph_specs`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from ..datasets.graph_specs import PROCEDURAL_HELP, resolve_graph
 
-from ..graphs import Graph, grid_graph, icosphere_graph
-
-PROCEDURAL_HELP = ("a dataset name (karate, dolphins, football, polbooks, eurosis, cora, ...), "
-                   "a path to an edge-list CSV, or grid:RxC, icosphere:K, erdos-renyi:N:P[:SEED]")
-
-
-def resolve_graph(spec: str, data_dir: Any = None, *, largest_component: bool = False) -> Graph:
-    """Build the graph named by ``spec`` (see the module docstring)."""
-    if not isinstance(spec, str) or not spec:
-        raise ValueError(f"graph spec must be a non-empty string, got {spec!r}")
-    kind, _, rest = spec.partition(":")
-    try:
-        if kind == "grid" and rest:
-            rows, cols = (int(v) for v in rest.lower().split("x"))
-            graph = grid_graph(rows, cols)
-        elif kind == "icosphere" and rest:
-            graph = icosphere_graph(int(rest))
-        elif kind == "erdos-renyi" and rest:
-            from ..couplings.sigma_fit import default_fitting_graph
-
-            parts = rest.split(":")
-            graph = default_fitting_graph(int(parts[0]), float(parts[1]),
-                                          int(parts[2]) if len(parts) > 2 else 0)
-        else:
-            from ..datasets import load_graph
-
-            return load_graph(spec, data_dir, largest_component=largest_component)
-    except (IndexError, ValueError) as error:
-        if kind in ("grid", "icosphere", "erdos-renyi"):
-            raise ValueError(f"malformed graph spec {spec!r}: expected {PROCEDURAL_HELP}") from error
-        raise
-    return graph.largest_component()[0] if largest_component else graph
+__all__ = ["PROCEDURAL_HELP", "resolve_graph"]

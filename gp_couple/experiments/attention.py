@@ -45,8 +45,9 @@ import torch
 
 from ..couplings.frequencies import check_positive_int, get_frequency_coupling
 from ..features.fourier import softmax_kernel_features
-from ._report import add_common_arguments, emit, positive_int, summarize
-from .kernel_estimation import add_runtime_arguments, apply_runtime_arguments
+from ..progress import progress
+from ._report import add_common_arguments, emit, figure_folder, log_figures, positive_float, positive_int, summarize
+from ._runtime import add_runtime_arguments, apply_runtime_arguments, with_bounded_threads
 
 __all__ = ["DEFAULT_COUPLINGS", "attention_statistics", "run_attention", "register"]
 
@@ -85,6 +86,7 @@ def attention_statistics(keys: torch.Tensor, frequencies: torch.Tensor) -> dict[
             "attention_mse": float(((estimated_attention - attention) ** 2).mean())}
 
 
+@with_bounded_threads
 def run_attention(*, tokens: int = 16, dim: int = 16, num_features: Sequence[int] = (16, 32, 64, 128, 256),
                   couplings: Sequence[str] = DEFAULT_COUPLINGS, draws: int = 1000, repeats: int = 10,
                   key_std: float | None = None, seed: int = 0) -> dict[str, Any]:
@@ -98,6 +100,8 @@ def run_attention(*, tokens: int = 16, dim: int = 16, num_features: Sequence[int
     :param repeats: Independent key sets (means and standard errors are over these).
     :param key_std: Standard deviation of the key coordinates (default :math:`1/\sqrt d`).
     :param seed: Base seed.
+    :param threads: Keyword only: torch and BLAS threads during the run (default 1, see
+        :func:`~gp_couple.experiments._runtime.bounded_threads`); restored afterwards.
     """
     tokens = check_positive_int("tokens", tokens)
     dim = check_positive_int("dim", dim)
@@ -114,7 +118,7 @@ def run_attention(*, tokens: int = 16, dim: int = 16, num_features: Sequence[int
     resolved = {name: get_frequency_coupling(name, dim=dim) for name in couplings}
     samples: dict[tuple[str, int], list[dict[str, float]]] = {
         (name, m): [] for name in resolved for m in counts}
-    for repeat in range(repeats):
+    for repeat in progress(range(repeats), description="key sets", unit="repeat"):
         key_rng = np.random.default_rng(np.random.SeedSequence([seed, repeat]))
         keys = torch.as_tensor(key_rng.standard_normal((tokens, dim)) * key_std)
         for index, (name, coupling) in enumerate(resolved.items()):
@@ -151,9 +155,18 @@ def run_attention(*, tokens: int = 16, dim: int = 16, num_features: Sequence[int
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run with the command-line arguments."""
     apply_runtime_arguments(args)
-    return run_attention(tokens=args.tokens, dim=args.dim, num_features=args.num_features,
-                         couplings=args.couplings, draws=args.draws, repeats=args.repeats,
-                         key_std=args.key_std, seed=args.seed)
+    folder = figure_folder(args)
+    report = run_attention(tokens=args.tokens, dim=args.dim, num_features=args.num_features,
+                           couplings=args.couplings, draws=args.draws, repeats=args.repeats,
+                           key_std=args.key_std, seed=args.seed, threads=args.threads)
+    if folder is not None:
+        from ..plotting import plot_metric_curves
+
+        log_figures([plot_metric_curves(
+            report["results"], folder / "attention_vs_features.png", x="num_features",
+            metrics=("kernel_variance", "kernel_covariance", "attention_mse"), log_x=True, log_y=True,
+            title="Performer attention with norm-coupled positive random features")])
+    return report
 
 
 def register(subparsers: Any) -> None:
@@ -163,10 +176,11 @@ def register(subparsers: Any) -> None:
         description=__doc__.split("\n\n")[0].strip("r\"` "))
     parser.add_argument("--tokens", type=positive_int, default=16, help="number of keys N")
     parser.add_argument("--dim", type=positive_int, default=16, help="key dimension d")
-    parser.add_argument("--num-features", nargs="+", type=positive_int, default=[16, 32, 64, 128, 256])
+    parser.add_argument("--num-features", nargs="+", type=positive_int, default=[16, 32, 64, 128, 256],
+                        help="numbers of random features m to sweep")
     parser.add_argument("--couplings", nargs="+", default=list(DEFAULT_COUPLINGS),
                         help="frequency couplings (default %(default)s)")
-    parser.add_argument("--key-std", type=float, default=None,
+    parser.add_argument("--key-std", type=positive_float, default=None,
                         help="standard deviation of the key coordinates (default 1/sqrt(dim))")
     parser.add_argument("--draws", type=positive_int, default=1000, help="feature draws per key set")
     add_runtime_arguments(parser)

@@ -21,20 +21,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..couplings.frequencies import AntitheticCoupling, FrequencyCoupling, GaussianCopulaCoupling, check_positive_int
+from ..couplings.frequencies import AntitheticFrequencyCoupling, FrequencyCoupling, GaussianCopulaCoupling, check_positive_int
 from ..kernels.random_features import CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
-from ._report import add_common_arguments, emit, positive_int, summarize
-from .kernel_estimation import (
-    FREQUENCIES_PER_DIM,
-    _stream,
-    add_runtime_arguments,
-    apply_runtime_arguments,
-    fit_gp_hyperparameters,
-    positive_float,
-    random_split,
-    rlf_lengthscale,
-    standardise,
-)
+from ..progress import progress as progress_bar
+from ._report import add_common_arguments, emit, figure_folder, log_figures, positive_float, positive_int, summarize
+from ._exact_gp import fit_gp_hyperparameters, rlf_lengthscale
+from ._runtime import add_runtime_arguments, apply_runtime_arguments, with_bounded_threads
+from ._splits import random_split, split_stream, standardise
+from .kernel_estimation import FREQUENCIES_PER_DIM
 
 __all__ = ["BASELINES", "run_copula_learning", "register"]
 
@@ -49,9 +43,10 @@ _REFERENCE = {"rff": "pnc", "rlf": "pnc+antithetic"}
 
 def _learnable(kind: str, dim: int) -> FrequencyCoupling:
     copula = GaussianCopulaCoupling(dim).double()
-    return AntitheticCoupling(copula) if kind == "rlf" else copula
+    return AntitheticFrequencyCoupling(copula) if kind == "rlf" else copula
 
 
+@with_bounded_threads
 def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Sequence[str] = ("rff", "rlf"),
                         steps: int = 1000, learning_rate: float = 0.05, samples_per_step: int = 16,
                         eval_draws: int = 2000, log_every: int = 50, repeats: int = 5,
@@ -72,6 +67,8 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
     :param max_train: Most training points per split.
     :param gp_steps: Most Adam steps of the exact-GP lengthscale fit (RFFs).
     :param seed: Base seed.
+    :param threads: Keyword only: torch and BLAS threads during the run (default 1, see
+        :func:`~gp_couple.experiments._runtime.bounded_threads`); restored afterwards.
     :param dataset: Name recorded in the report.
     :param progress: Called with a message after every split and feature map.
     """
@@ -90,8 +87,8 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
     kernel_classes = {"rff": CoupledRFFKernel, "rlf": CoupledRLFKernel}
     losses: dict[tuple[str, str], list[float]] = {}
     curves: dict[str, list[np.ndarray]] = {kind: [] for kind in features}
-    for repeat in range(repeats):
-        train, _ = random_split(len(x_all), max_train, 1, seed=_stream(seed, repeat, "split"))
+    for repeat in progress_bar(range(repeats), description="splits", unit="split"):
+        train, _ = random_split(len(x_all), max_train, 1, seed=split_stream(seed, repeat, "split"))
         x_train, _ = standardise(x_all[train], x_all[train[:1]])
         y_train, _ = standardise(y_all[train, None], y_all[train[:1], None])
         for kind in features:
@@ -101,11 +98,11 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
                 lengthscale = fit_gp_hyperparameters(x_train, y_train[:, 0], max_steps=gp_steps).lengthscale
             num_frequencies = FREQUENCIES_PER_DIM[kind] * dim
             kernel = kernel_classes[kind](num_frequencies, dim, coupling=_learnable(kind, dim),
-                                          seed=_stream(seed, repeat, kind, "kernel")).double()
+                                          seed=split_stream(seed, repeat, kind, "kernel")).double()
             kernel.lengthscale = lengthscale
             history = fit_coupling(kernel, torch.as_tensor(x_train), num_steps=steps,
                                    learning_rate=learning_rate, samples_per_step=samples_per_step,
-                                   seed=_stream(seed, repeat, kind, "training"))
+                                   seed=split_stream(seed, repeat, kind, "training"))
             windows = len(history) // log_every
             curves[kind].append(np.asarray(history[:windows * log_every]).reshape(windows, log_every).mean(1))
             scaled = torch.as_tensor(x_train) / lengthscale
@@ -114,7 +111,7 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
             for name, coupling in candidates.items():
                 with torch.no_grad():
                     values = gram_rmse(coupling, scaled, num_frequencies, kind, num_draws=eval_draws,
-                                       seed=_stream(seed, repeat, kind, "evaluation", name))
+                                       seed=split_stream(seed, repeat, kind, "evaluation", name))
                 losses.setdefault((kind, name), []).append(float(values.mean()))
             if progress is not None:
                 progress(f"split {repeat + 1}/{repeats} {kind} done")
@@ -148,12 +145,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from ..datasets.uci import load_uci
 
     progress = apply_runtime_arguments(args)
+    folder = figure_folder(args)
     inputs, targets = load_uci(args.dataset, data_dir=args.data_dir)
-    return run_copula_learning(
+    report = run_copula_learning(
         inputs, targets, features=args.features, steps=args.steps, learning_rate=args.lr,
         samples_per_step=args.samples_per_step, eval_draws=args.eval_draws, log_every=args.log_every,
         repeats=args.repeats, max_train=args.max_train, gp_steps=args.gp_steps, seed=args.seed,
-        dataset=args.dataset, progress=progress)
+        dataset=args.dataset, progress=progress, threads=args.threads)
+    if folder is not None:
+        from ..plotting import plot_metric_bars, plot_training_curves
+
+        curves = {f"{kind.upper()} copula": ([point["step"] for point in points], [point["mean"] for point in points])
+                  for kind, points in report["training_curve"].items()}
+        log_figures([
+            plot_training_curves(curves, folder / "copula_training.png", ylabel="training kernel RMSE",
+                                 title=f"Learning a Gaussian-copula coupling on UCI {args.dataset}"),
+            plot_metric_bars(report["results"], folder / "copula_loss.png", category="coupling",
+                             metrics=("loss",), panel=("features",))])
+    return report
 
 
 def register(subparsers: Any) -> None:
@@ -163,7 +172,8 @@ def register(subparsers: Any) -> None:
         description=__doc__.split("\n\n")[0].strip("r\"` "))
     parser.add_argument("--dataset", default="boston", help="UCI dataset (default %(default)s)")
     parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")
-    parser.add_argument("--features", nargs="+", choices=("rff", "rlf"), default=["rff", "rlf"])
+    parser.add_argument("--features", nargs="+", choices=("rff", "rlf"), default=["rff", "rlf"],
+                        help="random Fourier (rff) and/or random Laplace (rlf) features")
     parser.add_argument("--steps", type=positive_int, default=1000, help="Adam steps on the copula")
     parser.add_argument("--lr", type=positive_float, default=0.05, help="Adam learning rate")
     parser.add_argument("--samples-per-step", type=positive_int, default=16,
@@ -171,7 +181,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--eval-draws", type=positive_int, default=2000,
                         help="draws estimating each coupling's expected loss")
     parser.add_argument("--log-every", type=positive_int, default=50, help="steps per training-curve point")
-    parser.add_argument("--max-train", type=positive_int, default=256)
+    parser.add_argument("--max-train", type=positive_int, default=256, help="most training points per split")
     parser.add_argument("--gp-steps", type=positive_int, default=5000,
                         help="most Adam steps of the exact-GP lengthscale fit (RFF)")
     add_runtime_arguments(parser)

@@ -11,6 +11,7 @@ and then used on the target graph.
 from __future__ import annotations
 
 import argparse
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,12 @@ from ..evaluation import relative_frobenius_error
 from ..exact import exact_kernel_matrix
 from ..features.grf import GraphRandomFeatures, gram_estimate
 from ..modulation import Diffusion, GraphKernelSeries, RegularisedLaplacian
-from ._couplings import COUPLINGS, walk_length_couplings
+from ..progress import progress
+from ._couplings import (COUPLINGS, add_walk_arguments, coupling_choices, walk_length_couplings,
+                         with_direction_labels)
 from ._graphs import PROCEDURAL_HELP, resolve_graph
-from ._report import (add_common_arguments, add_ratio_to_baseline, emit, positive_int, probability,
-                      summarize)
+from ._report import (add_common_arguments, add_ratio_to_baseline, emit, figure_folder, log_figures,
+                      positive_float, positive_int, probability, summarize)
 
 KERNELS = ("regularised-laplacian", "diffusion")
 
@@ -56,8 +59,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for walkers in args.walkers:
         if walkers % 2 and any(c != "iid" for c in args.couplings):
             raise ValueError(f"paired couplings need an even number of walkers, got {walkers}")
+    folder = figure_folder(args)
     graph = resolve_graph(args.graph, args.data_dir, largest_component=args.largest_component)
     results: list[dict[str, Any]] = []
+    permutations: list[dict[str, Any]] = []
     for kernel_name in args.kernels:
         kernel = build_kernel(kernel_name, args)
         with torch.no_grad():
@@ -65,34 +70,48 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for p_halt in args.p_halt:
             couplings = walk_length_couplings(
                 args.couplings, lambda: fitted_sigma(kernel, p_halt, args))
+            if isinstance(couplings.get(SigmaCoupling.name), SigmaCoupling):
+                permutations.append({"kernel": kernel_name, "p_halt": p_halt,
+                                     "permutation": couplings[SigmaCoupling.name].permutation.tolist()})
             for walkers in args.walkers:
                 rows = []
-                for coupling_name, coupling in couplings.items():
+                for (coupling_name, coupling), directions in product(couplings.items(), args.directions):
                     errors = []
-                    for repeat in range(args.repeats):
+                    for repeat in progress(range(args.repeats), description=f"{walkers} {coupling_name} "
+                                           f"{directions} walkers, p_halt {p_halt:g}", unit="repeat"):
                         seed = np.random.SeedSequence([args.seed, repeat, walkers]).generate_state(1)[0]
                         sets = [GraphRandomFeatures.sample(
                             graph, walkers, p_halt, coupling, seed=int(seed) + offset,
-                            dtype=torch.float64) for offset in range(2 if args.two_sets else 1)]
+                            dtype=torch.float64, proposal=args.proposal, directions=directions)
+                            for offset in range(2 if args.two_sets else 1)]
                         with torch.no_grad():
                             f = kernel.modulation(max(g.num_steps for g in sets)).reshape(-1)
                         estimate = gram_estimate(sets[0], f.double(), sets[1] if args.two_sets else None)
                         errors.append(relative_frobenius_error(exact, estimate))
                     rows.append({"kernel": kernel_name, "p_halt": p_halt, "walkers": walkers,
-                                 "coupling": coupling_name, "error": summarize(errors)})
+                                 "coupling": coupling_name, "directions": directions,
+                                 "error": summarize(errors)})
                 add_ratio_to_baseline(rows, "error")
                 results.extend(rows)
-    return {
+    report = {
         "experiment": "grf-gram",
         "graph": {"spec": args.graph, "nodes": graph.num_nodes, "edges": graph.num_edges},
         "config": {"repeats": args.repeats, "order": args.order, "fit_samples": args.fit_samples,
-                   "two_sets": args.two_sets, "seed": args.seed,
+                   "two_sets": args.two_sets, "seed": args.seed, "proposal": args.proposal,
                    "kernel_hyperparameters": {"regularised-laplacian": {"sigma": args.sigma, "degree": args.degree},
                                               "diffusion": {"gamma": args.gamma}}},
         "notes": ["error = ||K - K_hat||_F / ||K||_F (mean ± standard error over repeats)",
                   "sigma-couplings fitted on Erdos-Renyi(N=100, p=0.1) per kernel and p_halt"],
         "results": results,
+        "sigma_permutations": permutations,
     }
+    if folder is not None:
+        from ..plotting import plot_gram_error_vs_p_halt
+
+        log_figures([plot_gram_error_vs_p_halt(
+            with_direction_labels(results), folder / "grf_gram_error_vs_p_halt.png", permutations=permutations,
+            title=f"Gram error on {args.graph} ({graph.num_nodes} nodes); insets: fitted sigma permutations")])
+    return report
 
 
 def register(subparsers: Any) -> None:
@@ -103,19 +122,24 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--graph", default="cora", help=f"graph: {PROCEDURAL_HELP} (default %(default)s)")
     parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")
     parser.add_argument("--largest-component", action="store_true", help="use the largest connected component")
-    parser.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS))
-    parser.add_argument("--p-halt", nargs="+", type=probability, default=[0.1, 0.2, 0.3, 0.4, 0.5])
-    parser.add_argument("--walkers", nargs="+", type=positive_int, default=[2, 16])
-    parser.add_argument("--couplings", nargs="+", choices=COUPLINGS, default=list(COUPLINGS))
+    parser.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS),
+                        help="graph kernels to estimate")
+    parser.add_argument("--p-halt", nargs="+", type=probability, default=[0.1, 0.2, 0.3, 0.4, 0.5],
+                        help="termination probabilities to sweep")
+    parser.add_argument("--walkers", nargs="+", type=positive_int, default=[2, 16],
+                        help="walkers per node (even, for the paired couplings)")
+    parser.add_argument("--couplings", nargs="+", choices=coupling_choices(), default=list(COUPLINGS),
+                        help="walk-length couplings compared")
+    add_walk_arguments(parser)
     parser.add_argument("--order", type=positive_int, default=30, help="sigma permutation order n")
     parser.add_argument("--fit-samples", type=positive_int, default=100,
                         help="walks per node and quantile bin when fitting sigma")
-    parser.add_argument("--sigma", type=float, default=1.0, help="regularised Laplacian sigma")
-    parser.add_argument("--degree", type=float, default=2.0, help="regularised Laplacian power d")
-    parser.add_argument("--gamma", type=float, default=1.0, help="diffusion gamma")
+    parser.add_argument("--sigma", type=positive_float, default=1.0, help="regularised Laplacian sigma")
+    parser.add_argument("--degree", type=positive_float, default=2.0, help="regularised Laplacian power d")
+    parser.add_argument("--gamma", type=positive_float, default=1.0, help="diffusion gamma")
     parser.add_argument("--two-sets", action="store_true",
                         help="unbiased diagonal: symmetrised product of two independent feature sets")
     parser.add_argument("--save-couplings", default=None, help="directory to save fitted sigma-couplings as JSON")
     add_common_arguments(parser, repeats=20)
     parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
-        "kernel", "p_halt", "walkers", "coupling", "error", "error_vs_iid")))
+        "kernel", "p_halt", "walkers", "coupling", "directions", "error", "error_vs_iid")))

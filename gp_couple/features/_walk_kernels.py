@@ -1,7 +1,9 @@
 """Compiled kernels of the walk sampler (numba).
 
 Randomness is counter-based: walker ``k`` of start node ``v`` draws its neighbour
-choices from a SplitMix64 stream keyed by ``(seed, v * m + k)``. Results therefore do
+choices from a SplitMix64 stream keyed by ``(seed, v * m + k)`` (independent directions),
+or the walkers of ``v`` on node ``u`` at step ``t`` share one draw keyed by
+``(stream_start(seed, v), t * N + u)`` (repelling directions). Results therefore do
 not depend on the number of threads, on the order in which rows are processed, or on
 which other start nodes are sampled in the same call.
 """
@@ -14,14 +16,56 @@ from numba import njit, prange
 
 from .._counter_random import SERIAL_WORK_LIMIT, next_unit, stream_start, threads_for
 
+#: Rows up to this degree are searched by a linear count rather than by bisection.
+_LINEAR_SEARCH_LIMIT = 16
+#: Multiplier of the Fibonacci hash that groups repelling walkers by node.
+_HASH = np.uint64(0x9E3779B97F4A7C15)
+
+
 @njit(inline="always", cache=True)
-def _write_row_walks(indptr, indices, ratios, degrees, start, row_lengths, seed_u, inv_keep,
-                     inv_walkers, columns, steps, weights, position):  # pragma: no cover - compiled
+def _choose_edge(indptr, cumulative, choice_degrees, node, u):  # pragma: no cover - compiled
+    """The edge a walker on ``node`` takes for the uniform ``u`` (the proposal's inverse CDF).
+
+    Uniform rows (``choice_degrees > 0``) take ``indptr[node] + floor(u * deg)``;
+    other rows take the first edge whose cumulative probability exceeds ``u``.
+    """
+    base = indptr[node]
+    degree = choice_degrees[node]
+    if degree > 0:
+        return base + np.int64(u * degree)
+    # The first edge whose cumulative probability exceeds u is base + #{cumulative <= u}
+    # (the row's last value is exactly 1 > u). Counting over a short contiguous row beats
+    # a search whose comparisons are random (mispredicted half the time); rows that are
+    # not uniform have at least two edges, and most have few, so those are unrolled.
+    width = -degree
+    count = np.int64(cumulative[base] <= u)
+    if width <= 4:
+        if width > 2:
+            count += cumulative[base + 1] <= u
+            if width > 3:
+                count += cumulative[base + 2] <= u
+        return base + count
+    if width <= _LINEAR_SEARCH_LIMIT:
+        for edge in range(base + 1, base + width - 1):
+            count += cumulative[edge] <= u
+        return base + count
+    # Branch-free lower bound: the answer stays in [base, base + width). The row's last
+    # cumulative value is exactly 1 > u.
+    while width > 1:
+        half = width >> 1
+        base += half * np.int64(cumulative[base + half - 1] <= u)
+        width -= half
+    return base
+
+
+@njit(inline="always", cache=True)
+def _write_row_walks(indptr, indices, ratios, cumulative, choice_degrees, start, row_lengths, seed_u,
+                     inv_keep, inv_walkers, columns, steps, weights, position):  # pragma: no cover - compiled
     """Write one row's entries from ``position``; return the position after them.
 
     The row gets a step-0 entry ``(start, 0, 1)`` followed by one entry per move of each
-    walker, ``(visited node, step, load / m)``, where the load is the product of
-    ``ratios`` (``W~(u, v) * deg(u)``) times ``inv_keep = 1 / (1 - p_halt)`` per move.
+    walker, ``(visited node, step, load / m)``, where the load is the product of the
+    proposal's importance ``ratios`` times ``inv_keep = 1 / (1 - p_halt)`` per move.
     """
     columns[position] = start
     steps[position] = 0
@@ -38,7 +82,7 @@ def _write_row_walks(indptr, indices, ratios, degrees, start, row_lengths, seed_
         load = inv_walkers
         for t in range(1, length + 1):
             state, u = next_unit(state)
-            edge = indptr[current] + np.int64(u * degrees[current])
+            edge = _choose_edge(indptr, cumulative, choice_degrees, current, u)
             load *= ratios[edge] * inv_keep
             current = indices[edge]
             columns[position] = current
@@ -48,26 +92,162 @@ def _write_row_walks(indptr, indices, ratios, degrees, start, row_lengths, seed_
     return position
 
 
+@njit(cache=True)
+def _repelling_scratch(num_walkers):  # pragma: no cover - compiled
+    """Per-thread scratch of :func:`_repelling_row`: walker state, group state and a small hash table.
+
+    The table (node -> group) has at least twice as many slots as walkers, so probes stay short.
+    """
+    threads = numba.config.NUMBA_NUM_THREADS
+    table = 2
+    while table < 2 * num_walkers:
+        table *= 2
+    walkers = np.empty((threads, 7, num_walkers), dtype=np.int64)
+    table_node = np.full((threads, table), -1, dtype=np.int64)
+    return (walkers, np.empty((threads, num_walkers), dtype=np.float64),
+            np.empty((threads, num_walkers), dtype=np.float64),
+            np.empty((threads, num_walkers), dtype=np.float64), table_node,
+            np.empty((threads, table), dtype=np.int64))
+
+
+@njit(cache=True)
+def _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, row_lengths, seed_u,
+                   inv_keep, inv_walkers, columns, steps, weights, position, write_entries, walkers,
+                   load, group_uniform, group_spacing, table_node, table_group):  # pragma: no cover - compiled
+    """:func:`_write_row_walks` with repelling directions (walkers advance in lock-step).
+
+    At step ``t`` the active walkers on node ``v`` form a group of size ``k``; the group
+    draws one uniform ``U`` from the stream keyed by ``(start, t, v)`` and its ``j``-th
+    walker (walkers ordered by decreasing length) moves with ``frac(U + j / k)``.
+    Entries land where :func:`_write_row_walks` puts them (each walker's moves
+    contiguous, walkers in order). With ``write_entries`` false nothing is written and
+    ``walkers[0]`` ends as the endpoints. ``table_node`` must be all -1 on entry (it is
+    left so).
+    """
+    current, cursor, order, group, rank, group_size, used = (
+        walkers[0], walkers[1], walkers[2], walkers[3], walkers[4], walkers[5], walkers[6])
+    num_walkers = row_lengths.size
+    num_nodes = np.uint64(choice_degrees.size)
+    if write_entries:
+        columns[position] = start
+        steps[position] = 0
+        weights[position] = 1.0
+        position += 1
+    for k in range(num_walkers):
+        current[k] = start
+        load[k] = inv_walkers
+        cursor[k] = position
+        position += row_lengths[k]
+        # Insertion sort by decreasing length: the walkers still moving at step t are
+        # then the prefix order[:active].
+        i = k
+        while i > 0 and row_lengths[order[i - 1]] < row_lengths[k]:
+            order[i] = order[i - 1]
+            i -= 1
+        order[i] = k
+    row_key = stream_start(seed_u, np.uint64(start))
+    mask = table_node.size - 1
+    active = num_walkers
+    t = 0
+    while True:
+        t += 1
+        while active > 0 and row_lengths[order[active - 1]] < t:
+            active -= 1
+        if active == 0:
+            break
+        groups = 0
+        for i in range(active):
+            node = current[order[i]]
+            slot = np.int64((np.uint64(node) * _HASH) >> np.uint64(40)) & mask
+            while table_node[slot] != node and table_node[slot] != -1:
+                slot = (slot + 1) & mask
+            if table_node[slot] == -1:
+                table_node[slot] = node
+                table_group[slot] = groups
+                used[groups] = slot
+                group_size[groups] = 0
+                # One draw per group: the first draw of stream (t * N + node) of the row's key,
+                # keyed like stream_start but with a single mix (this runs once per group).
+                _, uniform = next_unit(row_key ^ ((np.uint64(t) * num_nodes + np.uint64(node)) * _HASH))
+                group_uniform[groups] = uniform
+                groups += 1
+            g = table_group[slot]
+            group[i] = g
+            rank[i] = group_size[g]
+            group_size[g] += 1
+        for g in range(groups):
+            table_node[used[g]] = -1
+            group_spacing[g] = 1.0 / group_size[g]
+        for i in range(active):
+            k = order[i]
+            g = group[i]
+            u = group_uniform[g] + rank[i] * group_spacing[g]
+            u -= np.float64(u >= 1.0)  # frac(U + j/k); a branch here would be mispredicted often
+            node = current[k]
+            edge = _choose_edge(indptr, cumulative, choice_degrees, node, u)
+            # frac(U + j/k) can round to just below 1, where u * deg may round up to deg.
+            edge = min(edge, indptr[node + 1] - 1)
+            load[k] *= ratios[edge] * inv_keep
+            current[k] = indices[edge]
+            if write_entries:
+                columns[cursor[k]] = current[k]
+                steps[cursor[k]] = t
+                weights[cursor[k]] = load[k]
+                cursor[k] += 1
+    return position
+
+
+@njit(inline="always", cache=True)
+def _walk_row(indptr, indices, ratios, cumulative, choice_degrees, start, row_lengths, seed_u,
+              inv_keep, inv_walkers, columns, steps, weights, position, repelling,
+              scratch):  # pragma: no cover - compiled
+    if repelling:
+        thread = numba.get_thread_id()
+        return _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, row_lengths,
+                              seed_u, inv_keep, inv_walkers, columns, steps, weights, position, True,
+                              scratch[0][thread], scratch[1][thread], scratch[2][thread],
+                              scratch[3][thread], scratch[4][thread], scratch[5][thread])
+    return _write_row_walks(indptr, indices, ratios, cumulative, choice_degrees, start, row_lengths,
+                            seed_u, inv_keep, inv_walkers, columns, steps, weights, position)
+
+
 @njit(parallel=True, cache=True)
-def walk_rows(indptr, indices, ratios, degrees, starts, lengths, seed, inv_keep, inv_walkers,
-              out_indptr, out_columns, out_steps, out_weights):  # pragma: no cover - compiled
+def walk_rows(indptr, indices, ratios, cumulative, choice_degrees, starts, lengths, seed, inv_keep,
+              inv_walkers, repelling, out_indptr, out_columns, out_steps,
+              out_weights):  # pragma: no cover - compiled
     """Fill one CSR row of per-step entries per start node (see :func:`_write_row_walks`).
 
     ``lengths`` must already be zero for start nodes without neighbours.
     """
     seed_u = np.uint64(seed)
+    scratch = _repelling_scratch(lengths.shape[1] if repelling else 0)
     for r in prange(lengths.shape[0]):
-        _write_row_walks(indptr, indices, ratios, degrees, starts[r], lengths[r], seed_u, inv_keep,
-                         inv_walkers, out_columns, out_steps, out_weights, out_indptr[r])
+        _walk_row(indptr, indices, ratios, cumulative, choice_degrees, starts[r], lengths[r], seed_u,
+                  inv_keep, inv_walkers, out_columns, out_steps, out_weights, out_indptr[r], repelling,
+                  scratch)
 
 
 @njit(parallel=True, cache=True)
-def walk_endpoints(indptr, indices, degrees, starts, lengths, seed, out_endpoints):  # pragma: no cover
-    """Endpoint of each walk (same random streams as :func:`walk_rows`)."""
+def walk_endpoints(indptr, indices, ratios, cumulative, choice_degrees, starts, lengths, seed, repelling,
+                   out_endpoints):  # pragma: no cover - compiled
+    """Endpoint of each walk (same random streams and moves as :func:`walk_rows`)."""
     num_rows, num_walkers = lengths.shape
     seed_u = np.uint64(seed)
+    scratch = _repelling_scratch(num_walkers if repelling else 0)
+    no_columns = np.empty(0, dtype=indices.dtype)
+    no_steps = np.empty(0, dtype=np.uint16)
+    no_weights = np.empty(0, dtype=np.float64)
     for r in prange(num_rows):
         start = starts[r]
+        if repelling:
+            thread = numba.get_thread_id()
+            _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, lengths[r],
+                           seed_u, 1.0, 1.0, no_columns, no_steps, no_weights, np.int64(0), False,
+                           scratch[0][thread], scratch[1][thread], scratch[2][thread],
+                           scratch[3][thread], scratch[4][thread], scratch[5][thread])
+            for k in range(num_walkers):
+                out_endpoints[r, k] = scratch[0][thread, 0, k]
+            continue
         base = np.uint64(start) * np.uint64(num_walkers)
         for k in range(num_walkers):
             length = lengths[r, k]
@@ -76,7 +256,7 @@ def walk_endpoints(indptr, indices, degrees, starts, lengths, seed, out_endpoint
                 state = stream_start(seed_u, base + np.uint64(k))
                 for _ in range(length):
                     state, u = next_unit(state)
-                    current = indices[indptr[current] + np.int64(u * degrees[current])]
+                    current = indices[_choose_edge(indptr, cumulative, choice_degrees, current, u)]
             out_endpoints[r, k] = current
 
 
@@ -206,15 +386,16 @@ def coalesce_rows(indptr, columns, steps, weights, entry_counts, distinct_counts
 
 
 @njit(parallel=True, cache=True)
-def walk_and_coalesce_rows(indptr, indices, ratios, degrees, starts, lengths, seed, inv_keep,
-                           inv_walkers, raw_indptr, columns, steps, weights, entry_counts,
-                           distinct_counts):  # pragma: no cover - compiled
+def walk_and_coalesce_rows(indptr, indices, ratios, cumulative, choice_degrees, starts, lengths, seed,
+                           inv_keep, inv_walkers, repelling, raw_indptr, columns, steps, weights,
+                           entry_counts, distinct_counts):  # pragma: no cover - compiled
     """:func:`walk_rows` followed by :func:`_coalesce_row` on each row while it is in cache."""
     seed_u = np.uint64(seed)
     keys, sorted_steps, sorted_weights = _thread_scratch(raw_indptr)
+    scratch = _repelling_scratch(lengths.shape[1] if repelling else 0)
     for r in prange(lengths.shape[0]):
-        _write_row_walks(indptr, indices, ratios, degrees, starts[r], lengths[r], seed_u, inv_keep,
-                         inv_walkers, columns, steps, weights, raw_indptr[r])
+        _walk_row(indptr, indices, ratios, cumulative, choice_degrees, starts[r], lengths[r], seed_u,
+                  inv_keep, inv_walkers, columns, steps, weights, raw_indptr[r], repelling, scratch)
         thread = numba.get_thread_id()
         entries, distinct = _coalesce_row(columns, steps, weights, raw_indptr[r], raw_indptr[r + 1],
                                           keys[thread], sorted_steps[thread], sorted_weights[thread])

@@ -26,11 +26,13 @@ import scipy.sparse as sp
 import torch
 
 from .._random import SeedLike, draw_seed
-from ..couplings.walk_lengths import IIDLengths, WalkLengthCoupling
+from ..couplings.directions import DirectionCoupling, get_direction_coupling
+from ..couplings.proposals import NeighbourProposal, get_proposal
+from ..couplings.walk_lengths import IIDWalkLengthCoupling, WalkLengthCoupling, check_p_halt
 from ..graphs import Graph
+from ..progress import progress
 from . import _walk_kernels as kernels
-from ..couplings.walk_lengths import check_p_halt
-from .walks import WalkSteps, sample_walk_lengths, walk_ratios
+from .walks import WalkSteps, sample_walk_lengths
 
 __all__ = ["GraphRandomFeatures", "sparse_csr", "gram_estimate"]
 
@@ -69,9 +71,10 @@ class GraphRandomFeatures:
     # ---------------------------------------------------------------- construction
     @classmethod
     def sample(cls, graph: Graph, num_walkers: int, p_halt: float,
-               coupling: WalkLengthCoupling | str = IIDLengths(), *, max_length: int | None = None,
+               coupling: WalkLengthCoupling | str = IIDWalkLengthCoupling(), *, max_length: int | None = None,
                seed: SeedLike = None, start_nodes: Any = None,
-               dtype: torch.dtype | None = None) -> GraphRandomFeatures:
+               dtype: torch.dtype | None = None, proposal: NeighbourProposal | str | None = None,
+               directions: DirectionCoupling | str | None = None) -> GraphRandomFeatures:
         """Sample walks and build the coalesced features in one compiled pass.
 
         Each row is walked and coalesced while it is in cache, in chunks of rows, so
@@ -79,24 +82,33 @@ class GraphRandomFeatures:
         ``from_walk_steps(sample_walks(...))`` for the same arguments.
 
         :param dtype: Floating dtype of the weights (default: torch's default dtype).
+        :param proposal: Neighbour proposal (default ``"weighted"``, which equals
+            ``"uniform"`` on unweighted graphs; :mod:`gp_couple.couplings.proposals`).
+        :param directions: Direction coupling (default ``"independent"``, or
+            ``"repelling"``; :mod:`gp_couple.couplings.directions`).
         Other parameters as in :func:`~gp_couple.features.walks.sample_walks`.
         """
+        proposal, repelling = get_proposal(proposal), get_direction_coupling(directions).repelling
         starts, lengths, walk_seed = sample_walk_lengths(
             graph, num_walkers, p_halt, coupling, max_length=max_length, seed=seed,
             start_nodes=start_nodes)
+        tables = proposal.tables(graph)
         p = check_p_halt(p_halt)
         raw_sizes = 1 + lengths.sum(axis=1)
         builder = _Assembler(graph.num_nodes, starts, raw_sizes, graph.indices.dtype, dtype)
-        ratios = walk_ratios(graph)
         # Same key derivation as walk_with_lengths, so both paths walk identically.
         neighbour_key = draw_seed(walk_seed)
+        chunks = builder.chunks()
+        if raw_sizes.sum() > builder.chunk_entries:  # large graphs only: several chunks of rows
+            chunks = progress(chunks, description="sampling walks", unit="chunk")
         with kernels.threads_for(int(raw_sizes.sum())):
-            for lo, hi, raw_indptr, scratch in builder.chunks():
+            for lo, hi, raw_indptr, scratch in chunks:
                 entry_counts, distinct_counts = builder.counts(hi - lo)
                 kernels.walk_and_coalesce_rows(
-                    graph.indptr, graph.indices, ratios, graph.degrees, starts[lo:hi],
-                    lengths[lo:hi], neighbour_key, 1.0 / (1.0 - p), 1.0 / lengths.shape[1],
-                    raw_indptr, *scratch, entry_counts, distinct_counts)
+                    graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+                    tables.choice_degrees, starts[lo:hi], lengths[lo:hi], neighbour_key,
+                    1.0 / (1.0 - p), 1.0 / lengths.shape[1], repelling, raw_indptr, *scratch,
+                    entry_counts, distinct_counts)
                 builder.gather(lo, hi, raw_indptr, scratch, entry_counts, distinct_counts)
         return builder.finish()
 
@@ -188,7 +200,11 @@ class GraphRandomFeatures:
 
     @classmethod
     def from_tensors(cls, tensors: dict[str, torch.Tensor], num_nodes: int) -> GraphRandomFeatures:
-        """Inverse of :meth:`tensors`, validating shapes."""
+        """Inverse of :meth:`tensors`, validating shapes, index ranges and row pointers.
+
+        :raises ValueError: If a tensor is missing, or the tensors do not describe valid
+            features on ``num_nodes`` nodes (e.g. a corrupt state dict).
+        """
         missing = {"start_nodes", "row_pointer", "columns", "slot_pointer", "steps", "weights"} - set(tensors)
         if missing:
             raise ValueError(f"missing feature tensors: {sorted(missing)}")
@@ -199,8 +215,27 @@ class GraphRandomFeatures:
             raise ValueError("slot_pointer does not match columns")
         if tensors["steps"].numel() != tensors["weights"].numel():
             raise ValueError("steps and weights differ in length")
+        _check_pointer(tensors["row_pointer"], tensors["columns"].numel(), "row_pointer")
+        _check_pointer(tensors["slot_pointer"], tensors["steps"].numel(), "slot_pointer")
+        for name in ("start_nodes", "columns"):
+            _check_range(tensors[name], num_nodes, name)
+        if tensors["steps"].numel() and int(tensors["steps"].min()) < 0:
+            raise ValueError("steps contains negative steps")
         num_steps = int(tensors["steps"].max()) + 1 if tensors["steps"].numel() else 1
         return cls(num_nodes=int(num_nodes), num_steps=num_steps, **tensors)
+
+
+def _check_pointer(pointer: torch.Tensor, total: int, name: str) -> None:
+    if int(pointer[0]) != 0 or int(pointer[-1]) != total:
+        raise ValueError(f"{name} must run from 0 to {total}, got {int(pointer[0])} to {int(pointer[-1])}")
+    if pointer.numel() > 1 and bool((pointer[1:] < pointer[:-1]).any()):
+        raise ValueError(f"{name} is not non-decreasing")
+
+
+def _check_range(index: torch.Tensor, num_nodes: int, name: str) -> None:
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_nodes):
+        raise ValueError(f"{name} holds node indices outside [0, {num_nodes}) (from {int(index.min())} "
+                         f"to {int(index.max())})")
 
 
 def gram_estimate(features: GraphRandomFeatures, modulation: Any,

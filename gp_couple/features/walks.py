@@ -1,19 +1,22 @@
 r"""Vectorised random-walk sampler for graph random features (paper, app:grf_approx).
 
-A walker leaving node :math:`v_0 = i` moves to a uniformly chosen neighbour at every
-step until it halts after :math:`l` moves, with :math:`l` drawn by a
-:class:`~gp_couple.couplings.WalkLengthCoupling`. The prefix ending at step :math:`t`
-carries the importance weight
+A walker leaving node :math:`v_0 = i` moves to a neighbour drawn from a neighbour
+proposal :math:`P(v_{s+1} \mid v_s)` (:mod:`gp_couple.couplings.proposals`: uniform, as in
+the paper, or weight-proportional, the default) at every step until it halts after
+:math:`l` moves, with :math:`l` drawn by a :class:`~gp_couple.couplings.WalkLengthCoupling`.
+The prefix ending at step :math:`t` carries the importance weight
 
 .. math::
 
     \mathrm{load}_t = \prod_{s < t}
-        \frac{\widetilde W(v_s, v_{s+1}) \, \deg(v_s)}{1 - p_\mathrm{halt}},
+        \frac{\widetilde W(v_s, v_{s+1})}{(1 - p_\mathrm{halt})\,P(v_{s+1} \mid v_s)},
 
 the product of normalised edge weights divided by the marginal probability of the
-prefix, and contributes :math:`\mathrm{load}_t f(t)` to coordinate :math:`v_t` of the
-walker's projection. Averaging the projections of :math:`m` walkers gives the feature
-vector :math:`\phi(i)`.
+prefix (for uniform choice, :math:`1/P = \deg(v_s)`), and contributes
+:math:`\mathrm{load}_t f(t)` to coordinate :math:`v_t` of the walker's projection.
+Averaging the projections of :math:`m` walkers gives the feature vector :math:`\phi(i)`.
+The :math:`m` walkers of a node choose their moves independently or, with repelling
+directions (:mod:`gp_couple.couplings.directions`), jointly so that they spread out.
 
 The sampler returns the **per-step decomposition** :class:`WalkSteps`: every entry
 is ``(start node, visited node, step t, load / m)``, so that for any modulation
@@ -33,12 +36,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import math
+import os
+
 import numpy as np
 import scipy.sparse as sp
 
 from .._random import SeedLike, as_numpy_generator, draw_seed
+from ..couplings.directions import DirectionCoupling, get_direction_coupling
+from ..couplings.proposals import NeighbourProposal, get_proposal, uniform_ratios
 from ..couplings.walk_lengths import (
-    IIDLengths,
+    IIDWalkLengthCoupling,
     WalkLengthCoupling,
     check_p_halt,
     get_walk_length_coupling,
@@ -47,10 +55,15 @@ from ..graphs import Graph
 from . import _walk_kernels as kernels
 
 __all__ = ["WalkSteps", "sample_walks", "sample_walk_lengths", "walk_with_lengths",
-           "sample_walk_endpoints", "walk_endpoints_with_lengths", "validated_lengths", "walk_ratios", "MAX_WALK_LENGTH"]
+           "sample_walk_endpoints", "walk_endpoints_with_lengths", "validated_lengths", "walk_ratios",
+           "expected_walk_bytes", "MAX_WALK_LENGTH"]
 
 #: Steps are stored as uint16; longer walks need an explicit ``max_length``.
 MAX_WALK_LENGTH = np.iinfo(np.uint16).max
+#: Bytes a sampled walk entry costs at the peak of a feature build (raw column, step and
+#: weight, plus the coalesced step, weight, column and slot pointer), and per length.
+_BYTES_PER_ENTRY = 40
+_BYTES_PER_LENGTH = 16
 
 
 @dataclass(frozen=True)
@@ -166,14 +179,41 @@ def _check_start_nodes(graph: Graph, start_nodes: Any) -> np.ndarray:
 
 
 def walk_ratios(graph: Graph) -> np.ndarray:
-    r"""Per-edge importance ratio :math:`\widetilde W(u, v) \deg(u)` in CSR order (cached)."""
+    r"""Per-edge importance ratio :math:`\widetilde W(u, v) \deg(u)` of uniform choice in CSR order (cached)."""
+    return uniform_ratios(graph)
 
-    def build() -> np.ndarray:
-        ratios = graph.normalized_weights() * np.repeat(graph.degrees, graph.degrees)
-        ratios.setflags(write=False)
-        return ratios
 
-    return graph._cached("walk_ratios", build)
+def expected_walk_bytes(num_rows: int, num_walkers: int, p_halt: float,
+                        max_length: int | None = None) -> float:
+    r"""Expected peak memory of sampling ``num_rows x num_walkers`` walks, in bytes.
+
+    A walk makes :math:`\mathbb E[\min(l, L)] = \frac{1-p}{p}(1 - (1-p)^L)` moves on
+    average (:math:`L` = ``max_length``, infinite by default), each one entry, and every
+    row has one more entry for step 0.
+    """
+    moves = (1.0 - p_halt) / p_halt
+    if max_length is not None:
+        moves *= -math.expm1(max_length * math.log1p(-p_halt))
+    entries = num_rows * (1.0 + num_walkers * moves)
+    return entries * _BYTES_PER_ENTRY + float(num_rows) * num_walkers * _BYTES_PER_LENGTH
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None
+
+
+def _check_walk_memory(num_rows: int, num_walkers: int, p_halt: float, max_length: int | None) -> None:
+    needed = expected_walk_bytes(num_rows, num_walkers, p_halt, max_length)
+    available = _physical_memory()
+    if available is not None and needed > available:
+        raise ValueError(
+            f"sampling {num_walkers} walkers from each of {num_rows} nodes at p_halt={p_halt} "
+            f"(max_length={max_length}) needs about {needed / 2**30:.3g} GiB for the walk entries, "
+            f"more than this machine's {available / 2**30:.3g} GiB of memory; use fewer walkers or "
+            "start nodes, a larger p_halt, or a max_length")
 
 
 def validated_lengths(graph: Graph, lengths: Any, starts: np.ndarray) -> np.ndarray:
@@ -205,7 +245,8 @@ def validated_lengths(graph: Graph, lengths: Any, starts: np.ndarray) -> np.ndar
 
 
 def walk_with_lengths(graph: Graph, lengths: Any, p_halt: float, *, seed: SeedLike = None,
-                      start_nodes: Any = None) -> WalkSteps:
+                      start_nodes: Any = None, proposal: NeighbourProposal | str | None = None,
+                      directions: DirectionCoupling | str | None = None) -> WalkSteps:
     """Walk with given lengths: the sampler's core, for couplings and fitting code.
 
     :param graph: The graph.
@@ -214,10 +255,16 @@ def walk_with_lengths(graph: Graph, lengths: Any, p_halt: float, *, seed: SeedLi
     :param p_halt: Termination probability the importance weights assume.
     :param seed: Seed for the neighbour choices (an int gives reproducible walks).
     :param start_nodes: Start node of each row (default ``0, ..., N - 1``).
+    :param proposal: Neighbour proposal (``"weighted"``, the default, or ``"uniform"``,
+        or a :class:`~gp_couple.couplings.proposals.NeighbourProposal`).
+    :param directions: Direction coupling (``"independent"``, the default, or
+        ``"repelling"``, or a :class:`~gp_couple.couplings.directions.DirectionCoupling`).
     """
     _check_graph(graph)
     p = check_p_halt(p_halt)
     starts = _check_start_nodes(graph, start_nodes)
+    tables = get_proposal(proposal).tables(graph)
+    repelling = get_direction_coupling(directions).repelling
     walked = validated_lengths(graph, lengths, starts)
     num_walkers = walked.shape[1]
     row_sizes = 1 + walked.sum(axis=1)
@@ -228,9 +275,9 @@ def walk_with_lengths(graph: Graph, lengths: Any, p_halt: float, *, seed: SeedLi
     steps = np.empty(total, dtype=np.uint16)
     weights = np.empty(total, dtype=np.float64)
     with kernels.threads_for(total):
-        kernels.walk_rows(graph.indptr, graph.indices, walk_ratios(graph), graph.degrees, starts,
-                          walked, draw_seed(seed), 1.0 / (1.0 - p), 1.0 / num_walkers,
-                          indptr, columns, steps, weights)
+        kernels.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+                          tables.choice_degrees, starts, walked, draw_seed(seed), 1.0 / (1.0 - p),
+                          1.0 / num_walkers, repelling, indptr, columns, steps, weights)
     return WalkSteps(num_nodes=graph.num_nodes, start_nodes=starts, indptr=indptr,
                      columns=columns, steps=steps, weights=weights, num_walkers=num_walkers,
                      p_halt=p, lengths=walked)
@@ -253,6 +300,7 @@ def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
             raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
         if not 0 <= max_length <= MAX_WALK_LENGTH:
             raise ValueError(f"max_length must lie in [0, {MAX_WALK_LENGTH}], got {max_length}")
+    _check_walk_memory(num_rows, int(num_walkers), p_halt, max_length)
     lengths = get_walk_length_coupling(coupling).sample_lengths(num_rows, int(num_walkers),
                                                                 p_halt, rng)
     if lengths.shape != (num_rows, num_walkers):
@@ -265,7 +313,7 @@ def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
 
 
 def sample_walk_lengths(graph: Graph, num_walkers: int, p_halt: float,
-                        coupling: WalkLengthCoupling | str = IIDLengths(), *,
+                        coupling: WalkLengthCoupling | str = IIDWalkLengthCoupling(), *,
                         max_length: int | None = None, seed: SeedLike = None,
                         start_nodes: Any = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Draw everything random about the walks except the neighbour choices.
@@ -273,6 +321,7 @@ def sample_walk_lengths(graph: Graph, num_walkers: int, p_halt: float,
     :return: ``(start_nodes, lengths, walk_seed)``: validated start nodes, the
         ``(rows, m)`` lengths to walk (zero at isolated nodes, capped at
         ``max_length``) and the integer seed of the neighbour choices.
+    :raises ValueError: Also when the walks would need more memory than the machine has.
     """
     _check_graph(graph)
     p = check_p_halt(p_halt)
@@ -284,9 +333,10 @@ def sample_walk_lengths(graph: Graph, num_walkers: int, p_halt: float,
 
 
 def sample_walks(graph: Graph, num_walkers: int, p_halt: float,
-                 coupling: WalkLengthCoupling | str = IIDLengths(), *,
+                 coupling: WalkLengthCoupling | str = IIDWalkLengthCoupling(), *,
                  max_length: int | None = None, seed: SeedLike = None,
-                 start_nodes: Any = None) -> WalkSteps:
+                 start_nodes: Any = None, proposal: NeighbourProposal | str | None = None,
+                 directions: DirectionCoupling | str | None = None) -> WalkSteps:
     r"""Sample the per-step decomposition of graph random features.
 
     :param graph: The graph.
@@ -299,36 +349,52 @@ def sample_walks(graph: Graph, num_walkers: int, p_halt: float,
         whatever the thread count.
     :param start_nodes: Sample rows only for these nodes (default: all). A node's
         walks do not depend on which other nodes are sampled alongside it.
+    :param proposal: Neighbour proposal (default ``"weighted"``: weight-proportional,
+        identical to ``"uniform"`` on unweighted graphs).
+    :param directions: Direction coupling (default ``"independent"``; ``"repelling"``
+        spreads the walkers of a node over the neighbourhoods they share).
     :return: The :class:`WalkSteps` decomposition.
+    :raises ValueError: For bad arguments, or when the walks would need more memory
+        than the machine has.
     """
+    proposal, directions = get_proposal(proposal), get_direction_coupling(directions)
     starts, lengths, walk_seed = sample_walk_lengths(
         graph, num_walkers, p_halt, coupling, max_length=max_length, seed=seed,
         start_nodes=start_nodes)
-    return walk_with_lengths(graph, lengths, p_halt, seed=walk_seed, start_nodes=starts)
+    return walk_with_lengths(graph, lengths, p_halt, seed=walk_seed, start_nodes=starts,
+                             proposal=proposal, directions=directions)
 
 
 def walk_endpoints_with_lengths(graph: Graph, lengths: Any, *, seed: SeedLike = None,
-                                start_nodes: Any = None) -> np.ndarray:
+                                start_nodes: Any = None, proposal: NeighbourProposal | str | None = None,
+                                directions: DirectionCoupling | str | None = None) -> np.ndarray:
     """Endpoints of walks with given lengths, int64 ``(rows, m)``; same walks as :func:`walk_with_lengths`."""
     _check_graph(graph)
     starts = _check_start_nodes(graph, start_nodes)
+    tables = get_proposal(proposal).tables(graph)
+    repelling = get_direction_coupling(directions).repelling
     walked = validated_lengths(graph, lengths, starts)
     endpoints = np.empty(walked.shape, dtype=np.int64)
     with kernels.threads_for(int(walked.sum()) + walked.size):
-        kernels.walk_endpoints(graph.indptr, graph.indices, graph.degrees, starts, walked,
-                               draw_seed(seed), endpoints)
+        kernels.walk_endpoints(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+                               tables.choice_degrees, starts, walked, draw_seed(seed), repelling,
+                               endpoints)
     return endpoints
 
 
 def sample_walk_endpoints(graph: Graph, num_walkers: int, p_halt: float,
-                          coupling: WalkLengthCoupling | str = IIDLengths(), *,
+                          coupling: WalkLengthCoupling | str = IIDWalkLengthCoupling(), *,
                           max_length: int | None = None, seed: SeedLike = None,
-                          start_nodes: Any = None) -> np.ndarray:
+                          start_nodes: Any = None, proposal: NeighbourProposal | str | None = None,
+                          directions: DirectionCoupling | str | None = None) -> np.ndarray:
     """Where each walk ends: int64 array ``(rows, m)`` (PageRank estimation, app:pagerank).
 
-    Arguments as in :func:`sample_walks`.
+    Arguments as in :func:`sample_walks`; the proposal is the Markov chain whose
+    PageRank is estimated.
     """
+    proposal, directions = get_proposal(proposal), get_direction_coupling(directions)
     starts, lengths, walk_seed = sample_walk_lengths(
         graph, num_walkers, p_halt, coupling, max_length=max_length, seed=seed,
         start_nodes=start_nodes)
-    return walk_endpoints_with_lengths(graph, lengths, seed=walk_seed, start_nodes=starts)
+    return walk_endpoints_with_lengths(graph, lengths, seed=walk_seed, start_nodes=starts,
+                                       proposal=proposal, directions=directions)

@@ -2,6 +2,7 @@
 
 from .random_features import CoupledRandomFeatureKernel, CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
 from .grf import ExactGraphKernel, GraphNodeKernel, GRFKernel
+from .matrix_free import MatrixFreeGraphKernel
 
 __all__ = [
     "CoupledRandomFeatureKernel",
@@ -12,4 +13,5 @@ __all__ = [
     "ExactGraphKernel",
     "GraphNodeKernel",
     "GRFKernel",
+    "MatrixFreeGraphKernel",
 ]

@@ -44,6 +44,13 @@ from linear_operator.operators import LinearOperator
 from torch import Tensor
 
 from .._random import SeedLike, draw_seed
+from ..couplings.directions import (
+    DirectionCoupling,
+    IndependentDirections,
+    direction_coupling_from_dict,
+    get_direction_coupling,
+)
+from ..couplings.proposals import NeighbourProposal, UniformProposal, get_proposal, proposal_from_dict
 from ..couplings.walk_lengths import (
     WalkLengthCoupling,
     check_p_halt,
@@ -133,6 +140,12 @@ class GraphNodeKernel(Kernel):
         if x.dtype == torch.bool or x.dtype.is_complex:
             raise TypeError(f"{name} must hold node indices as integers or integer-valued floats, "
                             f"got dtype {x.dtype}")
+        if x.requires_grad:
+            # e.g. gpytorch's default learn_inducing_locations=True: gradients cannot move
+            # discrete node indices, so they would silently never change.
+            raise ValueError(f"{name} requires grad, but graph kernel inputs are node indices, which "
+                             "cannot be learned; in an ApproximateGP pass learn_inducing_locations=False "
+                             "(see gp_couple.variational.GraphVariationalGP)")
         if x.ndim < 2 or x.shape[-1] != 1:
             raise ValueError(f"{name} must have shape (..., n, 1) with one node index per row, "
                              f"got shape {tuple(x.shape)}")
@@ -271,16 +284,22 @@ class GRFKernel(GraphNodeKernel):
     :param nodes: Sample feature rows only for these nodes (default: all nodes). On
         large graphs pass the observed and test nodes; inputs outside this set raise.
     :param batch_shape: Hyperparameter batch shape.
+    :param proposal: Neighbour proposal: ``"weighted"`` (default; choice in proportion
+        to edge weight, identical to ``"uniform"`` on unweighted graphs), ``"uniform"``
+        or a :class:`~gp_couple.couplings.proposals.NeighbourProposal`.
+    :param directions: Direction coupling: ``"independent"`` (default), ``"repelling"``
+        (repelling random walks) or a :class:`~gp_couple.couplings.directions.DirectionCoupling`.
     :param kwargs: Passed to :class:`gpytorch.kernels.Kernel`.
     """
 
     def __init__(self, graph: Graph, num_walkers: int = 16, p_halt: float = 0.5,
                  coupling: str | WalkLengthCoupling = "iid", graph_kernel: GraphKernelSeries | None = None,
                  max_length: int | None = None, seed: SeedLike = 0, nodes: Any = None,
-                 batch_shape: torch.Size = torch.Size(), **kwargs: Any) -> None:
+                 batch_shape: torch.Size = torch.Size(), proposal: str | NeighbourProposal | None = None,
+                 directions: str | DirectionCoupling | None = None, **kwargs: Any) -> None:
         super().__init__(graph, graph_kernel, batch_shape=batch_shape, **kwargs)
         self._cache: dict[str, Any] = {}
-        config = _walk_config(num_walkers, p_halt, coupling, max_length)
+        config = _walk_config(num_walkers, p_halt, coupling, max_length, proposal, directions)
         seed = _resolve_seed(seed)
         features = self._sample(config, seed, self._check_nodes(nodes), torch.get_default_dtype(),
                                 torch.device("cpu"))
@@ -294,6 +313,8 @@ class GRFKernel(GraphNodeKernel):
         self.p_halt: float = config["p_halt"]
         self.coupling: WalkLengthCoupling = config["coupling"]
         self.max_length: int | None = config["max_length"]
+        self.proposal: NeighbourProposal = config["proposal"]
+        self.directions: DirectionCoupling = config["directions"]
         self.seed: int = seed
 
     def _check_nodes(self, nodes: Any) -> np.ndarray | None:
@@ -319,7 +340,8 @@ class GRFKernel(GraphNodeKernel):
                 device: torch.device) -> GraphRandomFeatures:
         features = GraphRandomFeatures.sample(
             self._graph, config["num_walkers"], config["p_halt"], config["coupling"],
-            max_length=config["max_length"], seed=seed, start_nodes=nodes, dtype=dtype)
+            max_length=config["max_length"], seed=seed, start_nodes=nodes, dtype=dtype,
+            proposal=config["proposal"], directions=config["directions"])
         if device.type != "cpu":
             features = GraphRandomFeatures.from_tensors(
                 {name: tensor.to(device) for name, tensor in features.tensors().items()},
@@ -327,7 +349,9 @@ class GRFKernel(GraphNodeKernel):
         return features
 
     def resample(self, seed: SeedLike = None, *, nodes: Any = "keep", num_walkers: int | None = None,
-                 p_halt: float | None = None, coupling: str | WalkLengthCoupling | None = None) -> GRFKernel:
+                 p_halt: float | None = None, coupling: str | WalkLengthCoupling | None = None,
+                 proposal: str | NeighbourProposal | None = None,
+                 directions: str | DirectionCoupling | None = None) -> GRFKernel:
         """Draw new walks (the hyperparameters are kept; on error the kernel is unchanged).
 
         :param seed: Seed of the new walks (``None``: fresh entropy).
@@ -336,6 +360,8 @@ class GRFKernel(GraphNodeKernel):
         :param num_walkers: New number of walkers (default: unchanged).
         :param p_halt: New termination probability (default: unchanged).
         :param coupling: New walk-length coupling (default: unchanged).
+        :param proposal: New neighbour proposal (default: unchanged).
+        :param directions: New direction coupling (default: unchanged).
         :return: ``self``.
         """
         if isinstance(nodes, str):
@@ -344,7 +370,9 @@ class GRFKernel(GraphNodeKernel):
             nodes = None if self._rows_are_nodes() else self.features_start_nodes.cpu().numpy()
         config = _walk_config(self.num_walkers if num_walkers is None else num_walkers,
                               self.p_halt if p_halt is None else p_halt,
-                              self.coupling if coupling is None else coupling, self.max_length)
+                              self.coupling if coupling is None else coupling, self.max_length,
+                              self.proposal if proposal is None else proposal,
+                              self.directions if directions is None else directions)
         seed = _resolve_seed(seed)
         weights = self.features_weights
         features = self._sample(config, seed, self._check_nodes(nodes), weights.dtype, weights.device)
@@ -359,18 +387,30 @@ class GRFKernel(GraphNodeKernel):
         """Graph identity plus the walk configuration (restored on load)."""
         state = self._graph_state()
         state.update(num_walkers=self.num_walkers, p_halt=self.p_halt, coupling=self.coupling.to_dict(),
-                     max_length=self.max_length, seed=self.seed)
+                     max_length=self.max_length, seed=self.seed, proposal=self.proposal.to_dict(),
+                     directions=self.directions.to_dict())
         return state
 
     def set_extra_state(self, state: Any) -> None:
         """Restore the walk configuration saved by :meth:`get_extra_state`."""
         self._check_graph_state(state, "")
         if "num_walkers" in state:  # absent in an ExactGraphKernel state
-            config = _walk_config(state["num_walkers"], state["p_halt"],
-                                  coupling_from_dict(state["coupling"]), state["max_length"])
+            # States saved before proposals existed were walked uniformly and independently.
+            config = _walk_config(
+                state["num_walkers"], state["p_halt"], coupling_from_dict(state["coupling"]),
+                state["max_length"], proposal_from_dict(state.get("proposal", UniformProposal().to_dict())),
+                direction_coupling_from_dict(state.get("directions", IndependentDirections().to_dict())))
             self._set_config(config, state["seed"])
 
     def _before_load(self, state_dict: dict[str, Any], prefix: str) -> None:
+        saved = {name: state_dict.get(f"{prefix}features_{name}") for name in _FEATURE_KEYS}
+        if all(isinstance(tensor, Tensor) for tensor in saved.values()):
+            # Refuse corrupt features before anything is copied, so the kernel stays intact.
+            try:
+                GraphRandomFeatures.from_tensors(saved, self.num_nodes)
+            except ValueError as error:
+                raise ValueError(f"{prefix}features_*: the saved GRF feature tensors are inconsistent "
+                                 f"({error})") from error
         # resample() changes the number of feature entries, so a saved kernel's buffers
         # legitimately differ in shape from a freshly built one: adopt the saved shapes.
         for name in _FEATURE_KEYS:
@@ -529,14 +569,17 @@ class GRFKernel(GraphNodeKernel):
     def extra_repr(self) -> str:
         rows = self.features_start_nodes.numel()
         return (f"num_nodes={self.num_nodes}, rows={rows}, num_walkers={self.num_walkers}, "
-                f"p_halt={self.p_halt}, coupling={self.coupling!r}, seed={self.seed}")
+                f"p_halt={self.p_halt}, coupling={self.coupling!r}, proposal={self.proposal!r}, "
+                f"directions={self.directions!r}, seed={self.seed}")
 
 
-def _walk_config(num_walkers: Any, p_halt: Any, coupling: Any, max_length: Any) -> dict[str, Any]:
+def _walk_config(num_walkers: Any, p_halt: Any, coupling: Any, max_length: Any, proposal: Any,
+                 directions: Any) -> dict[str, Any]:
     """Validated walk configuration of a :class:`GRFKernel`."""
     return {"num_walkers": _check_int("num_walkers", num_walkers, 1), "p_halt": check_p_halt(p_halt),
             "coupling": get_walk_length_coupling(coupling),
-            "max_length": None if max_length is None else _check_int("max_length", max_length, 0)}
+            "max_length": None if max_length is None else _check_int("max_length", max_length, 0),
+            "proposal": get_proposal(proposal), "directions": get_direction_coupling(directions)}
 
 
 def _resolve_seed(seed: SeedLike) -> int:

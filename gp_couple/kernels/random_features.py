@@ -41,7 +41,12 @@ from linear_operator.operators import (
 from torch import Tensor
 
 from .._random import SeedLike, as_numpy_generator
-from ..couplings.frequencies import FrequencyCoupling, check_positive_int, get_frequency_coupling
+from ..couplings.frequencies import (
+    FREQUENCY_COUPLINGS,
+    FrequencyCoupling,
+    check_positive_int,
+    get_frequency_coupling,
+)
 from ..features.fourier import feature_map, gaussian_kernel, num_feature_columns
 
 __all__ = [
@@ -137,14 +142,16 @@ class CoupledRandomFeatureKernel(Kernel):
         """Frequencies ``(*batch_shape, num_features, num_dims)`` before division by the lengthscale."""
         return self.coupling(self.noise, self._num_features)
 
-    def resample(self, seed: SeedLike = None, *, num_features: int | None = None) -> None:
-        """Draw new frequencies (optionally a new number of them).
+    def resample(self, seed: SeedLike = None, *,
+                 num_features: int | None = None) -> CoupledRandomFeatureKernel:
+        """Draw new frequencies (optionally a new number of them), in place.
 
         An :class:`~gpytorch.models.ExactGP` in eval mode caches its prediction
         strategy: call ``model.train()`` before predicting again.
 
         :param seed: Seed or generator for the new noise.
         :param num_features: New number of frequencies (default: unchanged).
+        :return: This kernel (like :meth:`gp_couple.kernels.GRFKernel.resample`).
         """
         if num_features is not None:
             self._num_features = check_positive_int("num_features", num_features)
@@ -158,12 +165,17 @@ class CoupledRandomFeatureKernel(Kernel):
         for key, tensor in noise.items():
             self.register_buffer(_NOISE_PREFIX + key, tensor)
         self._noise_keys = tuple(noise)
+        return self
 
     # ------------------------------------------------------------------ state
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"num_features": self._num_features, "num_dims": self.num_dims,
-                "coupling": self.coupling.name}
+        # The coupling's registered description (type and constructor arguments), so
+        # that the saved state says which coupling it needs; an unregistered coupling
+        # class can only be described by its name.
+        coupling = (self.coupling.to_dict() if FREQUENCY_COUPLINGS.is_registered(self.coupling)
+                    else self.coupling.name)
+        return {"num_features": self._num_features, "num_dims": self.num_dims, "coupling": coupling}
 
     def _check_extra_state(self, state: Any) -> int:
         if not isinstance(state, dict) or "num_features" not in state:
@@ -171,9 +183,14 @@ class CoupledRandomFeatureKernel(Kernel):
         if state.get("num_dims", self.num_dims) != self.num_dims:
             raise ValueError(f"the saved kernel has num_dims={state['num_dims']} but this one has "
                              f"num_dims={self.num_dims}")
-        if state.get("coupling", self.coupling.name) != self.coupling.name:
-            raise ValueError(f"the saved kernel uses the {state['coupling']!r} coupling but this one "
-                             f"uses {self.coupling.name!r}")
+        saved = state.get("coupling", self.coupling.name)
+        if isinstance(saved, dict):
+            # Parses through the registry (a clear error for an unknown type); its
+            # parameters themselves are restored from the state dict's tensors.
+            saved = FREQUENCY_COUPLINGS.from_dict(saved).name
+        if saved != self.coupling.name:
+            raise ValueError(f"the saved kernel uses the {saved!r} coupling but this one "
+                             f"uses {self.coupling.name!r}: build it with coupling={saved!r}")
         return check_positive_int("num_features", state["num_features"])
 
     def set_extra_state(self, state: Any) -> None:

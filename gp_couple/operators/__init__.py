@@ -1,11 +1,16 @@
-"""Linear operators for graph random features: the sparse feature matrix and its Gram matrix."""
+"""Linear operators: GRF sparse features and Gram matrices, and matrix-free Chebyshev graph kernels."""
 
 from __future__ import annotations
 
+from .chebyshev import ChebyshevBasis, ChebyshevExpansion, ChebyshevKernelLinearOperator, chebyshev_expansion
 from .grf_gram import GRFGramLinearOperator
 from .sparse_features import CSRPattern, SparseFeatureLinearOperator, segment_sum, sparse_matmul
 
 __all__ = [
+    "ChebyshevBasis",
+    "ChebyshevExpansion",
+    "ChebyshevKernelLinearOperator",
+    "chebyshev_expansion",
     "CSRPattern",
     "GRFGramLinearOperator",
     "SparseFeatureLinearOperator",

@@ -9,11 +9,11 @@ from scipy import stats
 
 from gp_couple.couplings import (
     FREQUENCY_COUPLING_NAMES,
-    AntitheticCoupling,
+    AntitheticFrequencyCoupling,
     FrequencyCoupling,
     GaussianCopulaCoupling,
     HaltonCoupling,
-    IIDCoupling,
+    IIDFrequencyCoupling,
     OrthogonalCoupling,
     OrthogonalNormCoupling,
     PairwiseNormCoupling,
@@ -43,7 +43,7 @@ def _random_correlation(dim: int, seed: int) -> np.ndarray:
 
 class TestIID(FrequencyCouplingMixin):
     def make_coupling(self, dim: int) -> FrequencyCoupling:
-        return IIDCoupling()
+        return IIDFrequencyCoupling()
 
 
 class TestHalton(FrequencyCouplingMixin):
@@ -84,12 +84,12 @@ class TestPositiveMonotone(FrequencyCouplingMixin):
 
 class TestAntitheticPNC(FrequencyCouplingMixin):
     def make_coupling(self, dim: int) -> FrequencyCoupling:
-        return AntitheticCoupling()
+        return AntitheticFrequencyCoupling()
 
 
 class TestAntitheticIID(FrequencyCouplingMixin):
     def make_coupling(self, dim: int) -> FrequencyCoupling:
-        return AntitheticCoupling(IIDCoupling())
+        return AntitheticFrequencyCoupling(IIDFrequencyCoupling())
 
 
 class TestGaussianCopula(FrequencyCouplingMixin):
@@ -165,7 +165,7 @@ def test_positive_monotone_norms_are_equal_within_an_ensemble() -> None:
 
 
 def test_antithetic_pairs_are_negatives() -> None:
-    frequencies = AntitheticCoupling().sample(9, 4, batch_shape=(3,), seed=0, dtype=torch.float64)
+    frequencies = AntitheticFrequencyCoupling().sample(9, 4, batch_shape=(3,), seed=0, dtype=torch.float64)
     assert frequencies.shape == (3, 9, 4)
     torch.testing.assert_close(frequencies[:, 0:8:2], -frequencies[:, 1:8:2], rtol=0, atol=0)
     # The positive half is a PNC ensemble.
@@ -234,7 +234,7 @@ def test_variance_ordering_pnc_orthogonal_iid(kind: str, draws: int) -> None:
     gain, gain_se = mean_and_standard_error(errors_pnc - errors_orthogonal)
     assert gain + z * gain_se < 0, f"{kind}: MSE(PNC) - MSE(orthogonal) = {gain:.3g} ± {gain_se:.2g}"
     # Orthogonal against iid: independent samples, the gap is large.
-    iid = IIDCoupling().sample(dim, dim, batch_shape=(draws,), seed=12, dtype=torch.float64)
+    iid = IIDFrequencyCoupling().sample(dim, dim, batch_shape=(draws,), seed=12, dtype=torch.float64)
     errors_iid = _squared_errors(kind, iid, x, y)
     (m_orth, se_orth), (m_iid, se_iid) = (mean_and_standard_error(errors_orthogonal),
                                           mean_and_standard_error(errors_iid))
@@ -351,7 +351,7 @@ def test_registry_errors() -> None:
 def test_learnable_flag() -> None:
     assert not PairwiseNormCoupling().is_learnable
     assert GaussianCopulaCoupling(3).is_learnable
-    assert AntitheticCoupling(GaussianCopulaCoupling(3)).is_learnable
+    assert AntitheticFrequencyCoupling(GaussianCopulaCoupling(3)).is_learnable
 
 
 def test_forward_rejects_too_few_stored_frequencies() -> None:

@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 
 from gp_couple.couplings import (
-    AntitheticTermination,
-    IIDLengths,
+    AntitheticWalkLengthCoupling,
+    IIDWalkLengthCoupling,
     PairedWalkLengthCoupling,
     SigmaCoupling,
     WalkLengthCoupling,
@@ -38,7 +38,7 @@ def random_sigma(order: int = 20, seed: int = 3) -> SigmaCoupling:
     return SigmaCoupling(np.random.default_rng(seed).permutation(order))
 
 
-COUPLINGS = [IIDLengths(), AntitheticTermination(), random_sigma(), SigmaCoupling.identity(7),
+COUPLINGS = [IIDWalkLengthCoupling(), AntitheticWalkLengthCoupling(), random_sigma(), SigmaCoupling.identity(7),
              QuantileMirror()]
 
 
@@ -90,7 +90,7 @@ class TestAntithetic:
     @pytest.mark.parametrize("p_halt", [0.2, 0.5, 0.8])
     def test_joint_law_matches_stepwise_simulation(self, p_halt: float) -> None:
         pairs = 40_000
-        fast = AntitheticTermination().sample_lengths(pairs, 2, p_halt, seed=1)
+        fast = AntitheticWalkLengthCoupling().sample_lengths(pairs, 2, p_halt, seed=1)
         slow = self.stepwise_reference(pairs, p_halt, np.random.default_rng(2))
         cap = 12
         table = np.zeros((2, (cap + 1) ** 2))
@@ -101,11 +101,11 @@ class TestAntithetic:
         assert stats.chi2_contingency(table).pvalue > 1e-3
 
     def test_walkers_never_halt_together_below_one_half(self) -> None:
-        lengths = AntitheticTermination().sample_lengths(10_000, 2, 0.3, seed=0)
+        lengths = AntitheticWalkLengthCoupling().sample_lengths(10_000, 2, 0.3, seed=0)
         assert np.all(lengths[:, 0] != lengths[:, 1])
 
     def test_lengths_are_negatively_correlated(self) -> None:
-        lengths = AntitheticTermination().sample_lengths(20_000, 2, 0.3, seed=0)
+        lengths = AntitheticWalkLengthCoupling().sample_lengths(20_000, 2, 0.3, seed=0)
         rho = stats.pearsonr(lengths[:, 0], lengths[:, 1]).statistic
         assert rho < -5 / math.sqrt(20_000)
 
@@ -167,7 +167,7 @@ class TestSigma:
 
 
 class TestErrorsAndRegistry:
-    @pytest.mark.parametrize("coupling", [AntitheticTermination(), random_sigma()], ids=lambda c: c.name)
+    @pytest.mark.parametrize("coupling", [AntitheticWalkLengthCoupling(), random_sigma()], ids=lambda c: c.name)
     def test_paired_couplings_need_even_walkers(self, coupling) -> None:
         with pytest.raises(ValueError, match="even"):
             coupling.sample_lengths(3, 3, 0.5)
@@ -175,26 +175,26 @@ class TestErrorsAndRegistry:
     @pytest.mark.parametrize("p_halt", [0.0, 1.0, -0.1, float("nan")])
     def test_invalid_p_halt(self, p_halt: float) -> None:
         with pytest.raises(ValueError, match="p_halt"):
-            IIDLengths().sample_lengths(2, 2, p_halt)
+            IIDWalkLengthCoupling().sample_lengths(2, 2, p_halt)
 
     def test_invalid_counts(self) -> None:
         with pytest.raises(ValueError, match="num_walkers"):
-            IIDLengths().sample_lengths(2, 0, 0.5)
+            IIDWalkLengthCoupling().sample_lengths(2, 0, 0.5)
         with pytest.raises(TypeError, match="num_walkers"):
-            IIDLengths().sample_lengths(2, 2.0, 0.5)
+            IIDWalkLengthCoupling().sample_lengths(2, 2.0, 0.5)
         with pytest.raises(TypeError, match="p_halt"):
-            IIDLengths().sample_lengths(2, 2, "0.5")
+            IIDWalkLengthCoupling().sample_lengths(2, 2, "0.5")
 
     def test_registry(self) -> None:
-        assert isinstance(get_walk_length_coupling("iid"), IIDLengths)
-        assert isinstance(get_walk_length_coupling("antithetic"), AntitheticTermination)
+        assert isinstance(get_walk_length_coupling("iid"), IIDWalkLengthCoupling)
+        assert isinstance(get_walk_length_coupling("antithetic"), AntitheticWalkLengthCoupling)
         with pytest.raises(ValueError, match="fitted permutation"):
             get_walk_length_coupling("sigma")
         with pytest.raises(ValueError, match="unknown"):
             get_walk_length_coupling("sobol")
         with pytest.raises(TypeError):
             get_walk_length_coupling(3)
-        assert coupling_from_dict(AntitheticTermination().to_dict()) == AntitheticTermination()
+        assert coupling_from_dict(AntitheticWalkLengthCoupling().to_dict()) == AntitheticWalkLengthCoupling()
         with pytest.raises(ValueError):
             coupling_from_dict({"type": "nope"})
 
@@ -205,3 +205,68 @@ class TestErrorsAndRegistry:
         np.testing.assert_array_equal(geometric_quantile(cdf - 1e-9, p), np.arange(10))
         np.testing.assert_array_equal(geometric_quantile(cdf + 1e-9, p), np.arange(10) + 1)
         assert geometric_quantile(0.0, p) == 0
+
+
+# ------------------------------------------------------------ sigma-coupling JSON schema
+VALID_SIGMA = {"type": "sigma", "order": 3, "permutation": [2, 0, 1], "p_halt": 0.4, "metadata": {"fit": "x"}}
+DROP = object()  # removes the field
+
+
+@pytest.mark.parametrize("changes, error, message", [
+    ({"order": 5}, ValueError, r"field 'order' is 5 but 'permutation' has 3 entries"),
+    ({"order": "3"}, TypeError, r"field 'order' must be an integer, got string"),
+    ({"order": True}, TypeError, r"field 'order' must be an integer, got boolean"),
+    ({"permutation": [True, False]}, TypeError, r"field 'permutation' must hold integers, got boolean"),
+    ({"permutation": [0.0, 2.0, 1.0], "order": DROP}, TypeError, r"'permutation' must hold integers, got float"),
+    ({"permutation": ["0", "1"], "order": DROP}, TypeError, r"'permutation' must hold integers, got string"),
+    ({"permutation": [0, None]}, TypeError, r"'permutation' must hold integers, got null"),
+    ({"permutation": None}, TypeError, r"field 'permutation' must be a non-empty list of integers, got null"),
+    ({"permutation": "201"}, TypeError, r"'permutation' must be a non-empty list .* got string"),
+    ({"permutation": []}, TypeError, r"'permutation' must be a non-empty list"),
+    ({"permutation": [[0, 1]]}, TypeError, r"'permutation' must hold integers, got list"),
+    ({"permutation": [0, 0, 1]}, ValueError, r"permutation must be a permutation of 0\.\.2"),
+    ({"metadata": "fit"}, TypeError, r"field 'metadata' must be null or an object, got string"),
+    ({"metadata": [1]}, TypeError, r"field 'metadata' must be null or an object, got list"),
+    ({"p_halt": "0.4"}, TypeError, r"field 'p_halt' must be null or a number, got string"),
+    ({"p_halt": True}, TypeError, r"field 'p_halt'"),
+    ({"p_halt": 1.5}, ValueError, r"p_halt must lie strictly between 0 and 1"),
+    ({"permutaton": [0]}, ValueError, r"unknown field\(s\) \['permutaton'\]"),
+    ({"type": "antithetic"}, ValueError, "not a sigma-coupling"),
+])
+def test_sigma_json_is_validated_against_its_schema(tmp_path, changes, error, message) -> None:
+    data = {key: value for key, value in {**VALID_SIGMA, **changes}.items() if value is not DROP}
+    with pytest.raises(error, match=message):
+        SigmaCoupling.from_dict(data)
+    path = tmp_path / "sigma.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(error, match=str(path)):  # load() names the file too
+        SigmaCoupling.load(path)
+
+
+def test_sigma_json_without_permutation_or_optional_fields() -> None:
+    with pytest.raises(ValueError, match="no 'permutation'"):
+        SigmaCoupling.from_dict({"type": "sigma"})
+    minimal = SigmaCoupling.from_dict({"type": "sigma", "permutation": [1, 0]})
+    assert minimal.order == 2 and minimal.p_halt is None and minimal.metadata == {}
+    assert SigmaCoupling.from_dict(VALID_SIGMA).to_dict() == VALID_SIGMA
+
+
+@pytest.mark.parametrize("document", [[1, 0], None, "sigma", 3])
+def test_sigma_json_top_level_must_be_an_object(tmp_path, document) -> None:
+    with pytest.raises(TypeError, match="must be a JSON object"):
+        SigmaCoupling.from_dict(document)
+    path = tmp_path / "sigma.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(TypeError, match="JSON object"):
+        SigmaCoupling.load(path)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"permutation": [True, False]}, TypeError, "permutation must hold integers, got dtype bool"),
+    ({"permutation": ["1", "0"]}, TypeError, "permutation must hold integers"),
+    ({"permutation": [1, 0], "metadata": "fit"}, TypeError, "metadata must be a dict, got str"),
+    ({"permutation": [1, 0], "metadata": {"graph": object()}}, TypeError, "metadata must be JSON-serialisable"),
+])
+def test_sigma_constructor_rejects_non_integer_permutations_and_bad_metadata(kwargs, error, message) -> None:
+    with pytest.raises(error, match=message):
+        SigmaCoupling(**kwargs)

@@ -151,3 +151,37 @@ def test_errors(tmp_path: Path, no_env_data: None) -> None:
         load_graph(tmp_path)
     with pytest.raises(TypeError, match="name_or_path"):
         load_graph(7)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ header detection
+@pytest.mark.parametrize("text, edges, weight", [
+    ("0,1\n1,2\n2,3", 3, None),               # headerless: the first row is an edge
+    ("0,1,2.5\n1,2,1e0\n", 2, 2.5),           # headerless with weights (scientific notation too)
+    ("source,target\n0,1\n1,2\n2,3\n", 3, None),
+    ("nan,inf\n0,1\n1,2\n", 2, None),         # words float() accepts are still header names
+])
+def test_header_is_detected_from_the_first_row(tmp_path: Path, text: str, edges: int, weight) -> None:
+    graph = load_graph(_csv(tmp_path, text))
+    assert graph.num_edges == edges and len(graph.isolated_nodes) == 0
+    if weight is not None:
+        assert graph.adjacency[0, 1] == weight
+
+
+def test_headerless_node_file_counts_every_row(tmp_path: Path) -> None:
+    _csv(tmp_path, "0,1\n", "toy_edges.csv")
+    _csv(tmp_path, "0\n1\n2\n", "toy_nodes.csv")
+    assert load_graph(tmp_path).num_nodes == 3
+
+
+def test_node_labels(data_dir: Path) -> None:
+    from gp_couple.datasets import NODE_LABELS, load_node_labels
+
+    codes, classes = load_node_labels("karate", data_dir)
+    assert classes == ("Mr. Hi", "Officer") and np.bincount(codes).tolist() == [17, 17]
+    codes, classes = load_node_labels("cora", data_dir)
+    assert classes == tuple(str(k) for k in range(7)) and codes.shape == (2708,) and codes.min() == 0
+    codes, _ = load_node_labels("citeseer", data_dir)
+    assert int(np.sum(codes == -1)) == 15  # placeholder nodes, README
+    assert set(NODE_LABELS) <= set(GRAPHS)
+    with pytest.raises(ValueError, match="no node labels for 'eurosis'"):
+        load_node_labels("eurosis", data_dir)

@@ -9,7 +9,7 @@ import pytest
 
 from gp_couple.datasets import _paths
 from gp_couple.datasets._paths import CHECKSUMS, data_file, resolve_data_dir, verify_file
-from gp_couple.datasets.graphs import GRAPHS
+from gp_couple.datasets.graphs import GRAPHS, NODE_LABELS
 from gp_couple.datasets.meshes import MESHES
 from gp_couple.datasets.traffic import TRAFFIC_FILE
 from gp_couple.datasets.uci import UCI_FILES
@@ -70,6 +70,7 @@ def test_missing_file_names_file_and_dir(tmp_path: Path) -> None:
 
 def test_registry_covers_exactly_the_files_loaders_read() -> None:
     read = ({spec.file for spec in GRAPHS.values()} | {f"meshes/{f}" for f, _ in MESHES.values()}
+            | {spec.file for spec in NODE_LABELS.values()}
             | {f for f, _, _ in UCI_FILES.values()} | {TRAFFIC_FILE})
     assert set(CHECKSUMS) == read
     assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest in CHECKSUMS.values())

@@ -21,7 +21,9 @@ def test_grf_gram_reports_mean_se_and_repeats(capsys, tmp_path) -> None:
         "--save-couplings", str(tmp_path)])
     assert report["experiment"] == "grf-gram" and report["graph"]["nodes"] == 36
     rows = report["results"]
-    assert [row["coupling"] for row in rows] == ["iid", "antithetic", "sigma"]
+    assert [(row["coupling"], row["directions"]) for row in rows] == [
+        (coupling, directions) for coupling in ("iid", "antithetic", "sigma")
+        for directions in ("independent", "repelling")]
     for row in rows:
         assert set(row["error"]) == {"mean", "se", "n"} and row["error"]["n"] == 4
         assert 0 < row["error"]["mean"] < 10
@@ -34,7 +36,7 @@ def test_sigma_beats_iid_on_karate_at_high_p_halt(capsys, data_dir) -> None:
     report = run_json(capsys, [
         "grf-gram", "--graph", "karate", "--data-dir", str(data_dir), "--p-halt", "0.5",
         "--walkers", "2", "--repeats", "100", "--kernels", "regularised-laplacian",
-        "--couplings", "iid", "sigma", "--json"])
+        "--couplings", "iid", "sigma", "--directions", "independent", "--json"])
     iid, sigma = (row["error"] for row in report["results"])
     gap = iid["mean"] - sigma["mean"]
     assert gap > 3 * (iid["se"] ** 2 + sigma["se"] ** 2) ** 0.5
@@ -44,7 +46,9 @@ def test_pagerank_experiment(capsys) -> None:
     report = run_json(capsys, [
         "pagerank", "--graphs", "erdos-renyi:40:0.15:2", "--p-halt", "0.5", "--repeats", "20",
         "--fit-samples", "50", "--json"])
-    assert [row["coupling"] for row in report["results"]] == ["iid", "antithetic", "sigma"]
+    assert [(row["coupling"], row["directions"]) for row in report["results"]] == [
+        (coupling, directions) for coupling in ("iid", "antithetic", "sigma")
+        for directions in ("independent", "repelling")]
     assert all(row["error"]["n"] == 20 for row in report["results"])
 
 
@@ -55,6 +59,16 @@ def test_pagerank_experiment(capsys) -> None:
 ])
 def test_clear_errors(capsys, argv, message) -> None:
     assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["grf-gram", "--graph", "grid:4x4", "--proposal", "greedy"], "invalid choice: 'greedy'"),
+    (["pagerank", "--graphs", "grid:4x4", "--directions", "sideways"], "invalid choice: 'sideways'"),
+])
+def test_walk_options_are_checked(capsys, argv, message) -> None:
+    with pytest.raises(SystemExit):
+        main(argv)
     assert message in capsys.readouterr().err
 
 

@@ -30,8 +30,12 @@ def test_protocol_report_structure() -> None:
     report = run_protocol(graph, targets, nodes[:50], nodes[50:], protocol)
     assert report["train"] == 50 and report["test"] == 14
     trained = report["trained"]
-    assert trained["outputscale"] > 0 and trained["gamma"] > 0 and trained["noise"] > 0
-    assert [row["coupling"] for row in report["results"]] == ["iid", "antithetic", "sigma"]
+    assert trained["outputscale"] > 0 and trained["hyperparameters"]["gamma"] > 0 and trained["noise"] > 0
+    assert trained["kernel"] == "diffusion"
+    assert set(report["exact_at_trained"]) == {"test_rmse", "test_nlpd"}
+    assert [(row["coupling"], row["directions"]) for row in report["results"]] == [
+        (coupling, directions) for coupling in ("iid", "antithetic", "sigma")
+        for directions in ("independent", "repelling")]
     for row in report["results"]:
         assert row["kl"]["mean"] >= 0 and row["gram_error"]["n"] == 2
         assert np.isfinite(row["test_rmse"]["mean"])
@@ -39,7 +43,9 @@ def test_protocol_report_structure() -> None:
 
 @pytest.mark.parametrize("change, message", [
     ({"walkers": (3,)}, "even"), ({"couplings": ("iid", "halton")}, "couplings"),
-    ({"repeats": 0}, "repeats"), ({"p_halt": 1.0}, "p_halt")])
+    ({"repeats": 0}, "repeats"), ({"p_halt": 1.0}, "p_halt"),
+    ({"proposal": "greedy"}, "unknown neighbour proposal 'greedy'"),
+    ({"directions": ("sideways",)}, "unknown direction coupling 'sideways'"), ({"directions": ()}, "directions")])
 def test_protocol_validation(change, message) -> None:
     protocol = GraphGPProtocol(**change)
     with pytest.raises(ValueError, match=message):
@@ -62,19 +68,14 @@ def test_protocol_input_errors() -> None:
 def test_demo_runs_without_data(capsys) -> None:
     assert main(["demo", "--train-iterations", "3", "--walkers", "4", "--repeats", "1", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["nodes"] == 1280 and len(report["results"]) == 3
+    # iid, antithetic and sigma, each with independent and repelling directions.
+    assert report["nodes"] == 1280 and len(report["results"]) == 6
 
 
 def test_mesh_command_on_a_paper_mesh(capsys, data_dir) -> None:
     assert main(["mesh", "--mesh", "teapot", "--data-dir", str(data_dir), *TINY]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["meshes"]["teapot"]["nodes"] == 894 and report["meshes"]["teapot"]["test"] == 44
-
-
-def test_traffic_command(capsys, data_dir) -> None:
-    assert main(["traffic", "--data-dir", str(data_dir), *TINY]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["nodes"] == 1016 and report["train"] == 250 and report["test"] == 75
 
 
 def test_missing_data_directory_is_a_clear_error(capsys, monkeypatch) -> None:

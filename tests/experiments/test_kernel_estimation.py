@@ -141,3 +141,92 @@ def test_cli_reports_bad_dataset(data_dir: Path, capsys: pytest.CaptureFixture[s
     assert "unknown UCI dataset" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["kernel-estimation", "--dataset", "boston", "--draws", "0"])
+
+
+# --------------------------------------------------------------------------- fast protocol
+
+
+def test_lbfgs_reaches_the_marginal_likelihood_optimum_that_adam_approaches() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-3, 3, size=(50, 2))
+    y = np.sin(x[:, 0]) + 0.1 * rng.standard_normal(50)
+    quasi_newton = fit_gp_hyperparameters(x, y)
+    assert quasi_newton.converged and quasi_newton.steps < 200
+    adam = fit_gp_hyperparameters(x, y, optimizer="adam", max_steps=400, learning_rate=0.1, tolerance=1e-7)
+    assert adam.converged and adam.steps > 10 * quasi_newton.steps
+    for name in ("lengthscale", "outputscale", "noise"):
+        assert getattr(adam, name) == pytest.approx(getattr(quasi_newton, name), rel=1e-3)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        fit_gp_hyperparameters(x, y, optimizer="sgd")
+
+
+def test_low_rank_evaluation_matches_dense_gram_and_posterior() -> None:
+    import torch
+
+    from gp_couple.couplings import get_frequency_coupling
+    from gp_couple.evaluation.metrics import rmse
+    from gp_couple.evaluation.posterior import gp_posterior_from_blocks, posterior_kl
+    from gp_couple.experiments._exact_gp import GPHyperparameters
+    from gp_couple.experiments.kernel_estimation import _evaluate_coupling
+    from gp_couple.features.fourier import feature_map, gaussian_kernel
+
+    rng = np.random.default_rng(2)
+    n_train, n_test, dim = 20, 15, 3
+    scaled = torch.as_tensor(rng.standard_normal((n_train + n_test, dim)))
+    y_train, y_test = rng.standard_normal(n_train), rng.standard_normal(n_test)
+    hyper = GPHyperparameters(lengthscale=1.0, outputscale=1.7, noise=0.3, steps=0)
+    gram = gaussian_kernel(scaled)
+    blocks = 1.7 * gram.numpy()
+    exact = gp_posterior_from_blocks(blocks[:n_train, :n_train], blocks[n_train:, :n_train],
+                                     blocks[n_train:, n_train:], y_train, 0.3)
+    result = _evaluate_coupling("pnc", "rff", scaled, gram, n_train, y_train, y_test, hyper, exact, 3, 4, 3,
+                                np.random.default_rng(5))
+    # The same draws (chunks of 3 then 1 from the same stream), evaluated densely.
+    rng_check = np.random.default_rng(5)
+    coupling = get_frequency_coupling("pnc", dim=dim)
+    draws = [coupling.sample(3, dim, batch_shape=(3,), seed=rng_check, dtype=torch.float64),
+             coupling.sample(3, dim, batch_shape=(1,), seed=rng_check, dtype=torch.float64)]
+    features = feature_map("rff")(scaled, torch.cat(draws))
+    squared, kls, errors = [], [], []
+    for phi in features.numpy():
+        approx_gram = phi @ phi.T
+        squared.append(((approx_gram[n_train:, n_train:] - gram.numpy()[n_train:, n_train:]) ** 2).mean())
+        k = 1.7 * approx_gram
+        approximate = gp_posterior_from_blocks(k[:n_train, :n_train], k[n_train:, :n_train], k[n_train:, n_train:],
+                                               y_train, 0.3)
+        kls.append(posterior_kl(exact, approximate) / n_test)
+        errors.append(rmse(approximate.mean, y_test))
+    assert result["kernel_rmse"] == pytest.approx(np.sqrt(np.mean(squared)), rel=1e-9)
+    assert result["kl_per_test_point"] == pytest.approx(np.mean(kls), rel=1e-8)
+    assert result["predictive_rmse"] == pytest.approx(np.mean(errors), rel=1e-10)
+
+
+def test_protocol_options_are_reported_and_threads_restored() -> None:
+    import torch
+
+    x, y = _synthetic()
+    before = torch.get_num_threads()
+    report = run_kernel_estimation(x, y, features=("rff",), couplings={"rff": ("iid", "orthogonal")},
+                                   kl_posterior="latent", latent_jitter=1e-4, rff_lengthscale=2.5,
+                                   standardise_targets=False, seed=1, threads=1, **dict(TINY, splits=1))
+    assert torch.get_num_threads() == before
+    settings = report["settings"]
+    assert settings["kl_posterior"] == "latent" and settings["latent_jitter"] == 1e-4
+    assert settings["rff_lengthscale"] == 2.5 and settings["standardise_targets"] is False
+    assert report["exact_gp"]["rff"]["lengthscale"]["mean"] == pytest.approx(2.5)
+    assert any("latent posteriors" in note for note in report["notes"])
+    with pytest.raises(ValueError, match="kl_posterior"):
+        run_kernel_estimation(x, y, kl_posterior="prior", **TINY)
+    with pytest.raises(ValueError, match="rff_lengthscale"):
+        run_kernel_estimation(x, y, rff_lengthscale=-1.0, **TINY)
+
+
+def test_cli_options_for_the_paper_settings(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["kernel-estimation", "--dataset", "airfoil", "--data-dir", str(data_dir), "--json",
+                 "--splits", "1", "--draws", "2", "--max-train", "20", "--max-test", "10", "--features", "rff",
+                 "--rff-couplings", "iid", "--raw-targets", "--kl-posterior", "latent",
+                 "--gp-optimizer", "adam", "--gp-steps", "5", "--threads", "1"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["settings"]["gp_optimizer"] == "adam" and report["settings"]["standardise_targets"] is False
+    assert report["timing"]["threads"] == 1 and report["timing"]["seconds"] > 0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from gp_couple.couplings import IIDCoupling
+from gp_couple.couplings import IIDFrequencyCoupling
 from gp_couple.features.fourier import (
     FEATURE_MAPS,
     feature_map,
@@ -62,7 +62,7 @@ def test_softmax_features_rescale_rlf() -> None:
 def test_softmax_features_estimate_the_softmax_kernel_without_bias() -> None:
     x, _ = _data(n=4)
     x = 0.6 * x
-    frequencies = IIDCoupling().sample(8, 3, batch_shape=(20_000,), seed=0, dtype=torch.float64)
+    frequencies = IIDFrequencyCoupling().sample(8, 3, batch_shape=(20_000,), seed=0, dtype=torch.float64)
     features = softmax_kernel_features(x, frequencies)
     estimates = (features @ features.mT).numpy().reshape(20_000, -1)
     assert_unbiased(estimates, torch.exp(x @ x.T).numpy().reshape(-1), z=5.0)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gp_couple.couplings import AntitheticTermination
+from gp_couple.couplings import AntitheticWalkLengthCoupling
 from gp_couple.features import grf as grf_module
 from gp_couple.features.grf import GraphRandomFeatures, gram_estimate
 from gp_couple.features.walks import sample_walks
@@ -23,10 +23,10 @@ def assert_same(a: GraphRandomFeatures, b: GraphRandomFeatures) -> None:
 
 def test_fused_build_equals_coalescing_raw_walks() -> None:
     graph = two_components_and_isolated()
-    raw = sample_walks(graph, 6, 0.3, AntitheticTermination(), seed=4)
+    raw = sample_walks(graph, 6, 0.3, AntitheticWalkLengthCoupling(), seed=4)
     columns_before = raw.columns.copy()
     assert_same(GraphRandomFeatures.from_walk_steps(raw, dtype=torch.float64),
-                GraphRandomFeatures.sample(graph, 6, 0.3, AntitheticTermination(), seed=4,
+                GraphRandomFeatures.sample(graph, 6, 0.3, AntitheticWalkLengthCoupling(), seed=4,
                                            dtype=torch.float64))
     np.testing.assert_array_equal(raw.columns, columns_before)  # input left unchanged
 

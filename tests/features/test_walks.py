@@ -8,11 +8,12 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from gp_couple.couplings import AntitheticTermination, IIDLengths, SigmaCoupling
+from gp_couple.couplings import AntitheticWalkLengthCoupling, IIDWalkLengthCoupling, SigmaCoupling
 from gp_couple.couplings.sigma_fit import fit_sigma_coupling
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.features.grf import GraphRandomFeatures
 from gp_couple.features.walks import (
+    expected_walk_bytes,
     sample_walk_endpoints,
     sample_walks,
     walk_endpoints_with_lengths,
@@ -32,26 +33,32 @@ def replicated(graph: Graph, copies: int) -> Graph:
 
 
 def replicate_grams(graph: Graph, coupling, kernel, p_halt: float, walkers: int, copies: int,
-                    seed: int, max_length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-replicate Gram estimates: one feature set (Phi Phi^T) and two sets (Phi_A Phi_B^T)."""
-    union = replicated(graph, copies)
+                    seed: int, max_length: int | None = None, union: Graph | None = None,
+                    **options) -> tuple[np.ndarray, np.ndarray]:
+    """Per-replicate Gram estimates: one feature set (Phi Phi^T) and two sets (Phi_A Phi_B^T).
+
+    ``union`` may pass ``replicated(graph, copies)`` built once; ``options`` go to the sampler
+    (e.g. ``proposal``, ``directions``).
+    """
+    union = replicated(graph, copies) if union is None else union
+    block = graph.num_nodes
     sets = []
     for offset in range(2):
         features = GraphRandomFeatures.sample(union, walkers, p_halt, coupling, seed=seed + offset,
-                                              max_length=max_length, dtype=torch.float64)
+                                              max_length=max_length, dtype=torch.float64, **options)
         with torch.no_grad():
             phi = features.scipy_feature_matrix(kernel.modulation(features.num_steps).reshape(-1)).tocoo()
-        blocks = np.zeros((copies, BLOCK, BLOCK))
         # Walks stay in their component, so each row's columns lie in its own copy.
-        np.add.at(blocks, (phi.row // BLOCK, phi.row % BLOCK, phi.col % BLOCK), phi.data)
-        sets.append(blocks)
+        slot = (phi.row // block * block + phi.row % block) * block + phi.col % block
+        sets.append(np.bincount(slot, weights=phi.data, minlength=copies * block * block)
+                    .reshape(copies, block, block))
     single = sets[0] @ sets[0].transpose(0, 2, 1)
     double = sets[0] @ sets[1].transpose(0, 2, 1)
     return single, 0.5 * (double + double.transpose(0, 2, 1))
 
 
 KERNELS = {"diffusion": Diffusion(0.8).double(), "reg-laplacian": RegularisedLaplacian(1.0, 2).double()}
-COUPLINGS = {"iid": IIDLengths(), "antithetic": AntitheticTermination(),
+COUPLINGS = {"iid": IIDWalkLengthCoupling(), "antithetic": AntitheticWalkLengthCoupling(),
              "sigma-random": SigmaCoupling(np.random.default_rng(0).permutation(12)),
              "sigma-fitted": fit_sigma_coupling(RegularisedLaplacian(1.0, 2), 0.4, 12,
                                                 samples_per_bin=30, seed=0)}
@@ -81,7 +88,7 @@ def test_single_set_diagonal_is_biased_upwards() -> None:
     kernel = KERNELS["diffusion"]
     with torch.no_grad():
         exact = exact_kernel_matrix(kernel, graph).numpy()
-    single, _ = replicate_grams(graph, IIDLengths(), kernel, 0.4, 2, copies=20_000, seed=3)
+    single, _ = replicate_grams(graph, IIDWalkLengthCoupling(), kernel, 0.4, 2, copies=20_000, seed=3)
     diagonal = single[:, np.arange(6), np.arange(6)]
     mean, se = diagonal.mean(0), diagonal.std(0, ddof=1) / np.sqrt(len(diagonal))
     assert np.all(mean - np.diag(exact)[:6] > 5 * se)
@@ -94,17 +101,19 @@ def test_truncation_estimates_the_truncated_series() -> None:
     with torch.no_grad():
         f = kernel.modulation(3).reshape(-1).double().numpy()
     half = sum(f[p] * np.linalg.matrix_power(w, p) for p in range(3))
-    _, two_sets = replicate_grams(graph, IIDLengths(), kernel, 0.3, 4, copies=20_000, seed=5,
+    _, two_sets = replicate_grams(graph, IIDWalkLengthCoupling(), kernel, 0.3, 4, copies=20_000, seed=5,
                                   max_length=2)
     assert_unbiased(two_sets.reshape(len(two_sets), -1), (half @ half).ravel(), z=5.0)
 
 
 class TestWalkMechanics:
-    def test_walks_follow_edges_with_importance_weights(self) -> None:
+    @pytest.mark.parametrize("proposal", ["uniform", "weighted"])
+    def test_walks_follow_edges_with_importance_weights(self, proposal: str) -> None:
         graph = two_components_and_isolated()
         lengths = np.full((7, 1), 6)
-        steps = walk_with_lengths(graph, lengths, 0.25, seed=0)
+        steps = walk_with_lengths(graph, lengths, 0.25, seed=0, proposal=proposal)
         w = graph.normalized_adjacency().toarray()
+        d = graph.weighted_degrees
         for row in range(7):
             entries = slice(steps.indptr[row], steps.indptr[row + 1])
             columns, step, weights = steps.columns[entries], steps.steps[entries], steps.weights[entries]
@@ -116,7 +125,10 @@ class TestWalkMechanics:
             for t in range(1, 7):
                 u, v = columns[t - 1], columns[t]
                 assert w[u, v] > 0
-                load *= w[u, v] * graph.degrees[u] / (1 - 0.25)
+                # Uniform choice has P(v|u) = 1/deg(u); weighted choice W_uv / d_u, so
+                # W~(u, v) / P(v|u) = sqrt(d_u / d_v).
+                ratio = w[u, v] * graph.degrees[u] if proposal == "uniform" else np.sqrt(d[u] / d[v])
+                load *= ratio / (1 - 0.25)
                 assert weights[t] == pytest.approx(load, rel=1e-12)
 
     def test_row_sizes_follow_lengths(self) -> None:
@@ -125,13 +137,16 @@ class TestWalkMechanics:
         np.testing.assert_array_equal(np.diff(steps.indptr), 1 + steps.lengths.sum(axis=1))
         assert steps.max_step == steps.lengths.max()
 
-    def test_neighbour_choice_is_uniform(self) -> None:
+    @pytest.mark.parametrize("proposal, probabilities", [("uniform", [1 / 3, 1 / 3, 1 / 3]),
+                                                         ("weighted", [1 / 15, 5 / 15, 9 / 15])])
+    def test_neighbour_choice_follows_the_proposal(self, proposal: str, probabilities: list) -> None:
         graph = Graph.from_edges([[0, 1], [0, 2], [0, 3]], weights=[1.0, 5.0, 9.0])
-        endpoints = walk_endpoints_with_lengths(graph, np.ones((1, 30_000), dtype=np.int64), seed=0,
-                                                start_nodes=[0])
+        draws = 30_000
+        endpoints = walk_endpoints_with_lengths(graph, np.ones((1, draws), dtype=np.int64), seed=0,
+                                                start_nodes=[0], proposal=proposal)
         counts = np.bincount(endpoints.ravel(), minlength=4)[1:]
-        expected = 10_000
-        assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected * 2 / 3))
+        expected = draws * np.array(probabilities)
+        assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected * (1 - np.array(probabilities))))
 
     def test_endpoints_are_the_last_visited_nodes(self) -> None:
         graph = grid_graph(6, 6)
@@ -156,11 +171,11 @@ class TestWalkMechanics:
 class TestDeterminism:
     def test_same_seed_same_features_different_seed_differs(self) -> None:
         graph = grid_graph(10, 10)
-        first = GraphRandomFeatures.sample(graph, 4, 0.3, AntitheticTermination(), seed=7)
-        second = GraphRandomFeatures.sample(graph, 4, 0.3, AntitheticTermination(), seed=7)
+        first = GraphRandomFeatures.sample(graph, 4, 0.3, AntitheticWalkLengthCoupling(), seed=7)
+        second = GraphRandomFeatures.sample(graph, 4, 0.3, AntitheticWalkLengthCoupling(), seed=7)
         for name, tensor in first.tensors().items():
             assert torch.equal(tensor, second.tensors()[name]), name
-        other = GraphRandomFeatures.sample(graph, 4, 0.3, AntitheticTermination(), seed=8)
+        other = GraphRandomFeatures.sample(graph, 4, 0.3, AntitheticWalkLengthCoupling(), seed=8)
         assert not torch.equal(first.weights, other.weights) or not torch.equal(first.columns, other.columns)
 
     def test_independent_of_thread_count(self) -> None:
@@ -218,6 +233,17 @@ class TestErrors:
             sample_walks(self.graph, 3, 0.5, "antithetic")
         with pytest.raises(ValueError, match="modulation"):
             sample_walks(self.graph, 2, 0.5, seed=0, max_length=3).feature_matrix(np.ones(1))
+
+    def test_walks_that_cannot_fit_in_memory_are_refused_before_sampling(self) -> None:
+        # 9 rows x 10^12 walkers: lengths alone would need 72 TB; refused with the estimate.
+        with pytest.raises(ValueError, match=r"needs about .* GiB for the walk entries, more than"):
+            sample_walks(self.graph, 10**12, 0.5)
+        with pytest.raises(ValueError, match="GiB"):
+            GraphRandomFeatures.sample(self.graph, 10**12, 0.5)
+        with pytest.raises(ValueError, match="GiB"):
+            sample_walk_endpoints(self.graph, 10**9, 1e-6)
+        # max_length bounds the walks and so the estimate.
+        assert expected_walk_bytes(9, 1000, 1e-6, max_length=10) < expected_walk_bytes(9, 1000, 1e-6)
 
     def test_endpoint_sampler_matches_walk_sampler_streams(self) -> None:
         endpoints = sample_walk_endpoints(self.graph, 4, 0.4, seed=12)

@@ -361,6 +361,52 @@ def test_state_dict_round_trip_reproduces_predictions_after_resample():
         assert torch.equal(got, expected)
 
 
+def _weighted_grid() -> Graph:
+    adjacency = grid_graph(4, 4).adjacency.tocoo()
+    upper = adjacency.row < adjacency.col
+    weights = np.random.default_rng(3).lognormal(0.0, 1.0, upper.sum())
+    rows, cols = adjacency.row[upper], adjacency.col[upper]
+    return Graph.from_edges(np.stack([rows, cols], axis=1), weights=weights, num_nodes=16)
+
+
+def test_state_dict_round_trip_keeps_proposal_and_directions():
+    graph = _weighted_grid()
+    kernel = GRFKernel(graph, num_walkers=6, p_halt=0.3, seed=4, proposal="uniform", directions="repelling")
+    kernel.resample(seed=5, proposal="weighted")
+    expected = GraphRandomFeatures.sample(graph, 6, 0.3, seed=5, proposal="weighted", directions="repelling",
+                                          dtype=kernel.features.dtype)
+    assert all(torch.equal(a, b) for a, b in zip(kernel.features.tensors().values(),
+                                                 expected.tensors().values()))
+    buffer = io.BytesIO()
+    torch.save(kernel.state_dict(), buffer)
+    buffer.seek(0)
+    restored = GRFKernel(graph, num_walkers=2, p_halt=0.5, seed=0)
+    restored.load_state_dict(torch.load(buffer))
+    assert (restored.proposal.name, restored.directions.name) == ("weighted", "repelling")
+    assert all(torch.equal(a, b) for a, b in zip(restored.features.tensors().values(),
+                                                 kernel.features.tensors().values()))
+    # A state saved before proposals existed was walked uniformly and independently.
+    legacy = kernel.state_dict()
+    del legacy["_extra_state"]["proposal"], legacy["_extra_state"]["directions"]
+    restored.load_state_dict(legacy)
+    assert (restored.proposal.name, restored.directions.name) == ("uniform", "independent")
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda state: state.update(features_columns=state["features_columns"] + 1000), "outside"),
+    (lambda state: state.update(features_row_pointer=state["features_row_pointer"].flip(0)), "row_pointer"),
+])
+def test_corrupt_feature_state_is_rejected_and_leaves_the_kernel_intact(corrupt, message):
+    kernel = GRFKernel(GRID, num_walkers=4, p_halt=0.4, seed=1)
+    state = {key: value.clone() if isinstance(value, torch.Tensor) else value
+             for key, value in kernel.state_dict().items()}
+    corrupt(state)
+    before = {name: tensor.clone() for name, tensor in kernel.features.tensors().items()}
+    with pytest.raises(ValueError, match=f"inconsistent.*{message}"):
+        kernel.load_state_dict(state)
+    assert all(torch.equal(before[name], tensor) for name, tensor in kernel.features.tensors().items())
+
+
 def test_state_dict_from_another_graph_is_rejected():
     graph = grid_graph(4, 4)
     targets = regression_data(graph, 4)
@@ -429,6 +475,9 @@ def test_bad_inputs_raise_clear_errors(x, error, message):
     ({"nodes": [0, 99]}, ValueError, "outside"),
     ({"nodes": [0.5]}, TypeError, "integer"),
     ({"seed": -1}, ValueError, "seed"),
+    ({"proposal": "greedy"}, ValueError, "unknown neighbour proposal 'greedy'"),
+    ({"directions": "sideways"}, ValueError, "unknown direction coupling 'sideways'"),
+    ({"num_walkers": 10**12}, ValueError, "GiB for the walk entries"),
 ])
 def test_bad_constructor_arguments(kwargs, error, message):
     with pytest.raises(error, match=message):

@@ -13,7 +13,7 @@ import torch
 from gpytorch.test.base_kernel_test_case import BaseKernelTestCase
 from linear_operator.operators import LowRankRootLinearOperator, MatmulLinearOperator
 
-from gp_couple.couplings import GaussianCopulaCoupling, IIDCoupling, PairwiseNormCoupling
+from gp_couple.couplings import GaussianCopulaCoupling, IIDFrequencyCoupling, PairwiseNormCoupling
 from gp_couple.features.fourier import gaussian_kernel, random_fourier_features, random_laplace_features
 from gp_couple.kernels import CoupledRandomFeatureKernel, CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
 from tests.stats import mean_and_standard_error
@@ -332,6 +332,6 @@ def test_base_class_needs_a_feature_map() -> None:
 def test_rejects_unknown_coupling_and_last_dim_is_batch() -> None:
     with pytest.raises(ValueError, match="unknown frequency coupling"):
         CoupledRFFKernel(num_features=3, num_dims=2, coupling="sobolev")
-    kernel = CoupledRFFKernel(num_features=3, num_dims=2, coupling=IIDCoupling())
+    kernel = CoupledRFFKernel(num_features=3, num_dims=2, coupling=IIDFrequencyCoupling())
     with pytest.raises(ValueError, match="last_dim_is_batch"):
         kernel.forward(torch.randn(4, 2), torch.randn(4, 2), last_dim_is_batch=True)

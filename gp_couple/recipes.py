@@ -1,0 +1,92 @@
+r"""The recommended GRF-GP configuration: train with a moderate walker budget, predict with a large one.
+
+Measured in ``benchmarks/bench_graph_gp_accuracy.py`` (issue on GRF-GPs that predict like
+exact GPs): what separates GRF-GP predictions from exact-GP ones is the noise of the kernel
+estimate :math:`\widehat{\mathbf K} = \Phi\Phi^\top` (paper, appendix on the GRF
+approximation), which shrinks like :math:`1/m`. Its upward diagonal bias (the footnote of
+the same appendix) also shrinks like :math:`1/m`, and the unbiased split-half diagonal
+(which is not positive semi-definite) did not close the gap in that benchmark, so the
+plain diagonal is kept. Walkers are cheapest at prediction time, which is one solve and a
+Lanczos cache instead of many Adam steps with stochastic trace estimates, so
+
+1. train :math:`\kappa`, the graph-kernel hyperparameters and :math:`\sigma_n^2` with
+   ``train_walkers`` walkers per node (antithetic lengths, repelling directions) and a
+   termination probability low enough for the long-range kernels training selects
+   (:math:`p_\mathrm{halt} = 0.1`);
+2. fit a :math:`\sigma`-coupling (paper, definition of coupled GRFs) for the learnt kernel
+   and redraw ``predict_walkers`` walkers per node with it before predicting.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from typing import Any
+
+import gpytorch
+import numpy as np
+import torch
+
+from ._random import SeedLike, draw_seed
+from .couplings.sigma_fit import fit_sigma_coupling
+from .graphs import Graph
+from .kernels.grf import GRFKernel
+from .models import GraphGP, fit_gp, node_index_array
+from .modulation import Diffusion, GraphKernelSeries
+from .settings import grf_gp_settings
+
+__all__ = ["RECOMMENDED_P_HALT", "RECOMMENDED_TRAIN_WALKERS", "RECOMMENDED_PREDICT_WALKERS", "fit_grf_gp"]
+
+#: Termination probability of the recommended configuration.
+RECOMMENDED_P_HALT = 0.1
+#: Walkers per node while training.
+RECOMMENDED_TRAIN_WALKERS = 64
+#: Walkers per node for prediction (redrawn after training).
+RECOMMENDED_PREDICT_WALKERS = 1024
+#: Order of the sigma-coupling fitted for prediction (the paper's value for GPs).
+SIGMA_ORDER = 50
+
+
+def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
+               iterations: int = 300, lr: float = 0.05, graph_kernel: GraphKernelSeries | None = None,
+               train_walkers: int = RECOMMENDED_TRAIN_WALKERS,
+               predict_walkers: int = RECOMMENDED_PREDICT_WALKERS, p_halt: float = RECOMMENDED_P_HALT,
+               sigma_fit_samples: int = 100, seed: SeedLike = 0) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood]:
+    r"""Train a GRF-GP with the recommended configuration and make it ready to predict.
+
+    :param graph: The graph.
+    :param train_nodes: Observed node indices.
+    :param train_targets: Observations (standardise them: the mean is zero).
+    :param predict_nodes: Nodes that will be predicted (walks are drawn only from the
+        training and these nodes).
+    :param iterations: Adam steps on the exact marginal likelihood.
+    :param lr: Adam learning rate.
+    :param graph_kernel: Kernel family and initial hyperparameters (default
+        :class:`~gp_couple.modulation.Diffusion` with :math:`\gamma = 1`).
+    :param train_walkers: Walkers per node while training (even: antithetic pairs).
+    :param predict_walkers: Walkers per node redrawn for prediction (even).
+    :param p_halt: Termination probability.
+    :param sigma_fit_samples: Walks per node and bin when fitting the sigma-coupling.
+    :param seed: Seed of the walks, the CG probes and the sigma fit.
+    :return: ``(model, likelihood)``; predict with :func:`gp_couple.models.predict`
+        inside :func:`gp_couple.settings.grf_gp_settings`.
+    :raises ValueError: If a walker count is odd or an argument is out of range.
+    """
+    for name, value in (("train_walkers", train_walkers), ("predict_walkers", predict_walkers)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2 or value % 2:
+            raise ValueError(f"{name} must be an even int >= 2 (antithetic and sigma-coupled pairs), got {value!r}")
+    base_seed = draw_seed(seed)
+    train = node_index_array(train_nodes, "train_nodes", graph.num_nodes)
+    rows = np.union1d(train, node_index_array(predict_nodes, "predict_nodes", graph.num_nodes))
+    base = GRFKernel(graph, num_walkers=int(train_walkers), p_halt=p_halt, coupling="antithetic",
+                     directions="repelling", graph_kernel=Diffusion(1.0) if graph_kernel is None else graph_kernel,
+                     nodes=rows, seed=base_seed)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    targets = torch.as_tensor(np.asarray(train_targets), dtype=torch.get_default_dtype())
+    model = GraphGP(train, targets, likelihood, gpytorch.kernels.ScaleKernel(base))
+    with grf_gp_settings():
+        fit_gp(model, likelihood, iterations=iterations, lr=lr, seed=base_seed)
+    with torch.no_grad():
+        sigma = fit_sigma_coupling(deepcopy(base.graph_kernel), base.p_halt, SIGMA_ORDER,
+                                   samples_per_bin=sigma_fit_samples, seed=base_seed)
+    base.resample(base_seed + 1, num_walkers=int(predict_walkers), coupling=sigma)
+    return model, likelihood

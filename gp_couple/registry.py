@@ -1,0 +1,250 @@
+r"""One registration mechanism for everything users extend (couplings, proposals, ...).
+
+Every extensible family (walk-length couplings, frequency couplings, neighbour
+proposals, direction couplings) owns one :class:`Registry`, which maps a short *name*
+to a class. The name is what the command line, JSON files and the kernels' saved state
+use, so a class registered in a user's own module reloads, parses and round-trips like a
+built-in one.
+
+Registering
+-----------
+A family's base class subclasses :class:`Registered` and names its registry with a class
+keyword; every subclass that sets its own string class attribute ``name`` then registers
+itself when it is defined::
+
+    WALK_LENGTH_COUPLINGS = Registry("walk-length coupling")
+
+    class WalkLengthCoupling(Registered, ABC, registry=WALK_LENGTH_COUPLINGS):
+        ...
+
+    class QuantileMirror(PairedWalkLengthCoupling):   # in the user's module
+        name = "quantile-mirror"                      # registered here
+
+A class that does not subclass :class:`Registered` (or whose name is not a class
+attribute) registers with the decorator form, ``@registry.register(name="...")``.
+Pass ``register=False`` in the class statement to keep a named subclass out of its
+registry (e.g. a throw-away class in a test).
+
+Serialising
+-----------
+:meth:`Registered.to_dict` gives ``{"type": name, **params}`` where ``params`` are the
+keyword arguments that rebuild the object (:meth:`Registered.params`; empty by
+default); :meth:`Registry.from_dict` inverts it through the registered class's
+``from_dict`` (by default ``cls(**params)``). Both are plain JSON.
+
+Names are unique within a family: a second class claiming a taken name is refused with
+a ``ValueError``, except a re-definition of the same class (same module and qualified
+name, e.g. a re-run notebook cell), which replaces it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar, Generic, Iterator, TypeVar, overload
+
+__all__ = ["Registry", "Registered"]
+
+T = TypeVar("T")
+C = TypeVar("C", bound=type)
+
+#: The key naming the registered class in a serialised description.
+TYPE_KEY = "type"
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class Registry(Generic[T]):
+    """Names -> classes of one extensible family.
+
+    :param family: Human-readable family name used in error messages
+        (e.g. ``"walk-length coupling"``).
+    """
+
+    def __init__(self, family: str) -> None:
+        if not isinstance(family, str) or not family:
+            raise TypeError("family must be a non-empty str")
+        self.family = family
+        self._classes: dict[str, type[T]] = {}
+        self._names: dict[type, str] = {}
+
+    # ------------------------------------------------------------------ registering
+
+    @overload
+    def register(self, cls: C, *, name: str | None = None) -> C: ...
+
+    @overload
+    def register(self, cls: None = None, *, name: str | None = None) -> Callable[[C], C]: ...
+
+    def register(self, cls: Any = None, *, name: str | None = None) -> Any:
+        """Register ``cls`` under ``name`` (default: its class attribute ``name``).
+
+        Usable directly (``registry.register(MyClass)``) or as a decorator
+        (``@registry.register(name="mine")``).
+
+        :param cls: The class to register.
+        :param name: Its registered name.
+        :return: ``cls`` (or a decorator returning it).
+        :raises ValueError: If the name is empty or taken by another class.
+        :raises TypeError: If ``cls`` is not a class or the name is not a str.
+        """
+        if cls is None:
+            return lambda klass: self.register(klass, name=name)
+        if not isinstance(cls, type):
+            raise TypeError(f"only classes can be registered as a {self.family}, got {cls!r}")
+        key = getattr(cls, "name", None) if name is None else name
+        if not isinstance(key, str):
+            raise TypeError(f"a {self.family} needs a str name to be registered; {cls.__name__} "
+                            f"has name={key!r}")
+        if not key.strip() or key != key.strip():
+            raise ValueError(f"{self.family} names must be non-empty without surrounding spaces, "
+                             f"got {key!r}")
+        previous = self._classes.get(key)
+        if previous is not None and previous is not cls:
+            if _qualified(previous) != _qualified(cls):
+                raise ValueError(
+                    f"the {self.family} name {key!r} is already registered by "
+                    f"{_qualified(previous)}; give {_qualified(cls)} another name")
+            # The same class defined again (a re-run cell or reloaded module) replaces it.
+            del self._names[previous]
+        self._classes[key] = cls
+        self._names[cls] = key
+        return cls
+
+    def unregister(self, name: str) -> None:
+        """Remove a registered name (e.g. at the end of a test)."""
+        cls = self.get(name)
+        del self._classes[name]
+        del self._names[cls]
+
+    # ------------------------------------------------------------------ lookup
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names, in registration order."""
+        return tuple(self._classes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+    def unknown_name_error(self, name: Any, extra: str = "") -> ValueError:
+        """The error for an unknown name, listing the known ones.
+
+        :param name: The name asked for.
+        :param extra: Appended to the message (e.g. other accepted forms).
+        """
+        return ValueError(f"unknown {self.family} {name!r}; choose from {list(self.names())}{extra}")
+
+    def is_registered(self, obj: Any) -> bool:
+        """Whether an instance's (or a class's) exact class is registered."""
+        return (obj if isinstance(obj, type) else type(obj)) in self._names
+
+    def get(self, name: str) -> type[T]:
+        """The class registered as ``name``.
+
+        :raises ValueError: Listing the known names, if ``name`` is unknown.
+        """
+        if name not in self._classes:
+            raise self.unknown_name_error(name)
+        return self._classes[name]
+
+    def name_of(self, obj: Any) -> str:
+        """The registered name of an instance's (or a class's) exact class.
+
+        :raises ValueError: If that class is not registered, since its description could
+            not be read back (a subclass inheriting its parent's name would reload as
+            the parent).
+        """
+        cls = obj if isinstance(obj, type) else type(obj)
+        if cls not in self._names:
+            raise ValueError(
+                f"{_qualified(cls)} is not a registered {self.family}, so it cannot be saved or "
+                f"described: give it a unique class attribute `name` (registered: "
+                f"{list(self.names())})")
+        return self._names[cls]
+
+    def create(self, name: str, **kwargs: Any) -> T:
+        """An instance of the class registered as ``name``, built with ``kwargs``."""
+        return self.get(name)(**kwargs)
+
+    # ------------------------------------------------------------------ serialisation
+
+    def from_dict(self, data: Any) -> T:
+        """Rebuild an object from its :meth:`Registered.to_dict` description.
+
+        :param data: A mapping with the key ``"type"`` naming a registered class.
+        :raises ValueError: If ``data`` has no known ``"type"``.
+        :raises TypeError: If ``data`` is not a dict.
+        """
+        if not isinstance(data, dict):
+            raise TypeError(f"a {self.family} description must be a dict, got {type(data).__name__}")
+        if TYPE_KEY not in data:
+            raise ValueError(f"a {self.family} description needs a {TYPE_KEY!r} key, got {sorted(data)}")
+        name = data[TYPE_KEY]
+        if name not in self._classes:
+            raise ValueError(f"unknown {self.family} type {name!r}; registered: {list(self.names())}")
+        cls: Any = self._classes[name]
+        builder = getattr(cls, "from_dict", None)
+        if builder is not None:
+            return builder(data)
+        return cls(**{key: value for key, value in data.items() if key != TYPE_KEY})
+
+    def __repr__(self) -> str:
+        return f"Registry({self.family!r}, names={list(self.names())})"
+
+
+class Registered:
+    """Mixin: subclasses that set a string class attribute ``name`` register themselves.
+
+    A family's base class names its registry with the class keyword ``registry=``; its
+    subclasses inherit it. See the module docstring.
+    """
+
+    #: The family's registry (set by the class keyword ``registry=`` on the base class).
+    registry: ClassVar[Registry[Any]]
+    #: Short name used in reports, JSON and the command line.
+    name: ClassVar[str]
+
+    def __init_subclass__(cls, registry: Registry[Any] | None = None, register: bool = True,
+                          **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if registry is not None:
+            # The family's base class: it names the registry but is not itself registered.
+            cls.registry = registry
+            return
+        if register and isinstance(cls.__dict__.get("name"), str) and hasattr(cls, "registry"):
+            cls.registry.register(cls)
+
+    def params(self) -> dict[str, Any]:
+        """JSON-serialisable keyword arguments that rebuild this object (default: none)."""
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"type": registered name, **params()}``; :meth:`from_dict` inverts it.
+
+        :raises ValueError: If this exact class is not registered.
+        """
+        return {TYPE_KEY: type(self).registry.name_of(self), **self.params()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        """Rebuild from :meth:`to_dict` output: ``cls(**params)``.
+
+        Called on the family base class, it dispatches on ``data["type"]``.
+
+        :raises ValueError: If ``data`` describes a different class.
+        """
+        registry = cls.registry
+        if not isinstance(data, dict):
+            raise TypeError(f"a {registry.family} description must be a dict, got {type(data).__name__}")
+        target = registry.get(data.get(TYPE_KEY))  # type: ignore[arg-type]
+        if target is not cls:
+            if not issubclass(target, cls):
+                raise ValueError(f"not a {cls.__name__} description: {TYPE_KEY}={data.get(TYPE_KEY)!r}")
+            return target.from_dict(data)  # type: ignore[attr-defined]
+        return cls(**{key: value for key, value in data.items() if key != TYPE_KEY})

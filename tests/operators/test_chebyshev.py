@@ -1,0 +1,274 @@
+"""ChebyshevKernelLinearOperator and the Chebyshev expansion: peer suites plus our own checks."""
+
+from __future__ import annotations
+
+import unittest
+
+import pytest
+import torch
+from linear_operator.test.linear_operator_test_case import (
+    LinearOperatorTestCase,
+    RectangularLinearOperatorTestCase,
+)
+
+from gp_couple.exact import exact_kernel_matrix
+from gp_couple.graphs import grid_graph
+from gp_couple.modulation import (
+    Diffusion,
+    InverseCosine,
+    PowerSeries,
+    PStepRandomWalk,
+    RegularisedLaplacian,
+)
+from gp_couple.operators import ChebyshevBasis, ChebyshevKernelLinearOperator, chebyshev_expansion
+from gp_couple.operators import chebyshev
+
+GRAPH = grid_graph(4, 5)
+BASIS = ChebyshevBasis(GRAPH.normalized_adjacency())
+
+
+def chebyshev_matrices(degree: int) -> torch.Tensor:
+    """Dense :math:`T_0, \\dots, T_J` of the normalised adjacency, ``(J + 1, N, N)`` float64."""
+    adjacency = torch.from_numpy(GRAPH.normalized_adjacency().toarray())
+    matrices = [torch.eye(GRAPH.num_nodes, dtype=torch.float64), adjacency]
+    while len(matrices) <= degree:
+        matrices.append(2 * adjacency @ matrices[-1] - matrices[-2])
+    return torch.stack(matrices[:degree + 1])
+
+
+def dense_reference(op: ChebyshevKernelLinearOperator) -> torch.Tensor:
+    """The block from dense Chebyshev matrices (independent of the operator's recurrences)."""
+    full = torch.einsum("...j,jmn->...mn", op.coefficients, chebyshev_matrices(op.degree).to(op.dtype))
+    batch = op.batch_shape
+    rows = op.row_nodes.expand(*batch, op.row_nodes.shape[-1])
+    columns = op.column_nodes.expand(*batch, op.column_nodes.shape[-1])
+    full = full.expand(*batch, *full.shape[-2:])
+    picked = full.gather(-2, rows.unsqueeze(-1).expand(*batch, rows.shape[-1], full.shape[-1]))
+    return picked.gather(-1, columns.unsqueeze(-2).expand(*batch, rows.shape[-1], columns.shape[-1]))
+
+
+def diffusion_coefficients(batch_shape: torch.Size = torch.Size()) -> torch.Tensor:
+    gammas = torch.linspace(0.6, 0.9, max(1, batch_shape.numel()), dtype=torch.float64)
+    series = Diffusion(batch_shape=batch_shape)
+    series.gamma = gammas.reshape(*batch_shape, 1)
+    return chebyshev_expansion(series, 1e-12).coefficients.detach()
+
+
+class SymmetricChebyshevMixin:
+    """``K_AA`` on 7 distinct nodes of a 4 x 5 grid, diffusion with gamma <= 0.9 (well conditioned)."""
+
+    seed = 0
+    batch_shape = torch.Size()
+    nodes = torch.tensor([0, 3, 7, 8, 12, 16, 19])
+
+    def create_linear_op(self) -> ChebyshevKernelLinearOperator:
+        return ChebyshevKernelLinearOperator(diffusion_coefficients(self.batch_shape).to(torch.get_default_dtype()),
+                                             basis=BASIS, row_nodes=self.nodes, column_nodes=self.nodes)
+
+    def evaluate_linear_op(self, linear_op: ChebyshevKernelLinearOperator) -> torch.Tensor:
+        return dense_reference(linear_op)
+
+
+class CrossChebyshevMixin:
+    """``K_AB`` with repeated nodes, 5 x 6."""
+
+    seed = 0
+    batch_shape = torch.Size()
+
+    def create_linear_op(self) -> ChebyshevKernelLinearOperator:
+        return ChebyshevKernelLinearOperator(diffusion_coefficients(self.batch_shape).to(torch.get_default_dtype()),
+                                             basis=BASIS, row_nodes=torch.tensor([1, 4, 4, 10, 18]),
+                                             column_nodes=torch.tensor([0, 2, 4, 9, 13, 19]))
+
+    def evaluate_linear_op(self, linear_op: ChebyshevKernelLinearOperator) -> torch.Tensor:
+        return dense_reference(linear_op)
+
+
+class TestChebyshevKernelLinearOperator(SymmetricChebyshevMixin, LinearOperatorTestCase, unittest.TestCase):
+    pass
+
+
+class TestBatchChebyshevKernelLinearOperator(SymmetricChebyshevMixin, LinearOperatorTestCase, unittest.TestCase):
+    batch_shape = torch.Size([2, 3])
+
+
+class TestCrossChebyshevKernelLinearOperator(CrossChebyshevMixin, RectangularLinearOperatorTestCase,
+                                             unittest.TestCase):
+    pass
+
+
+
+# ------------------------------------------------------------------ expansion
+FAMILIES = [
+    pytest.param(lambda: Diffusion(2.5), id="diffusion"),
+    pytest.param(lambda: RegularisedLaplacian(3.0, 2), id="regularised-laplacian"),
+    pytest.param(lambda: PStepRandomWalk(2.3, 3), id="p-step"),
+    pytest.param(lambda: InverseCosine(0.7), id="inverse-cosine"),
+    pytest.param(lambda: PowerSeries([1.0, 0.4, -0.1, 0.05]), id="power-series"),
+]
+
+
+@pytest.mark.parametrize("make", FAMILIES)
+@pytest.mark.parametrize("tolerance", [1e-4, 1e-10])
+def test_truncation_error_is_within_the_reported_bound(make, tolerance):
+    series = make().double()
+    expansion = chebyshev_expansion(series, tolerance)
+    assert float(expansion.relative_bound.max()) <= tolerance
+    truncated = torch.einsum("j,jmn->mn", expansion.coefficients.detach(), chebyshev_matrices(expansion.degree))
+    exact = exact_kernel_matrix(series, GRAPH).detach()
+    error = torch.linalg.matrix_norm(truncated - exact, ord=2)
+    # The bound holds up to the float64 rounding of the dense references.
+    assert float(error) <= float(expansion.tail_bound) + 1e-12
+
+
+def test_polynomials_are_reproduced_at_their_degree():
+    assert chebyshev_expansion(PStepRandomWalk(2.5, 4).double(), 1e-12).degree == 4
+    assert chebyshev_expansion(PowerSeries([1.0, 0.5, 0.25]).double(), 1e-12).degree == 2
+
+
+def test_degree_grows_with_the_lengthscale_and_is_the_largest_over_a_batch():
+    series = Diffusion(batch_shape=torch.Size([2])).double()
+    series.gamma = torch.tensor([[0.5], [3.0]], dtype=torch.float64)
+    batched = chebyshev_expansion(series, 1e-8)
+    assert batched.degree == chebyshev_expansion(Diffusion(3.0).double(), 1e-8).degree
+    assert batched.degree > chebyshev_expansion(Diffusion(0.5).double(), 1e-8).degree
+    assert batched.tail_bound.shape == (2,)
+
+
+def test_coefficients_are_differentiable_in_the_hyperparameters():
+    series = Diffusion(1.3).double()
+    coefficients = chebyshev_expansion(series, 1e-12).coefficients
+    (gradient,) = torch.autograd.grad(coefficients.sum(), series.raw_gamma, retain_graph=True)
+    # sum_j c_j = g(1) = 1 for every gamma: the coefficients move, their sum does not.
+    assert abs(float(coefficients.detach().sum()) - 1.0) < 1e-12
+    assert abs(float(gradient)) < 1e-10
+    (gradient,) = torch.autograd.grad(coefficients[1], series.raw_gamma)
+    assert float(gradient) != 0.0
+
+
+def test_bad_settings_and_too_high_degrees_raise_clear_errors():
+    with pytest.raises(ValueError, match="tolerance"):
+        chebyshev_expansion(Diffusion(), 0.0)
+    with pytest.raises(ValueError, match="tolerance"):
+        chebyshev_expansion(Diffusion(), 1.5)
+    with pytest.raises(TypeError, match="tolerance"):
+        chebyshev_expansion(Diffusion(), "small")
+    with pytest.raises(ValueError, match="max_degree"):
+        chebyshev_expansion(Diffusion(), 1e-6, 0)
+    with pytest.raises(TypeError, match="max_degree"):
+        chebyshev_expansion(Diffusion(), 1e-6, 2.5)
+    # sigma^2 = 1e6 puts the pole of (1 + s^2 (1 - x))^-2 at 1 + 1e-6: far too many terms.
+    with pytest.raises(ValueError, match="max_degree=100"):
+        chebyshev_expansion(RegularisedLaplacian(1e3, 2).double(), 1e-8, 100)
+    with pytest.raises(ValueError, match="max_degree=10"):
+        chebyshev_expansion(Diffusion(4.0).double(), 1e-8, 10)
+
+
+# ------------------------------------------------------------------ operator specifics
+def _operator(rows, columns, series=None, tolerance=1e-12):
+    series = Diffusion(1.8).double() if series is None else series
+    coefficients = chebyshev_expansion(series, tolerance).coefficients
+    return ChebyshevKernelLinearOperator(coefficients, basis=ChebyshevBasis(GRAPH.normalized_adjacency()),
+                                         row_nodes=rows, column_nodes=columns), series
+
+
+def test_diagonal_uses_the_cached_table_and_matches_the_dense_kernel(monkeypatch):
+    nodes = torch.tensor([3, 0, 19, 3, 11])
+    op, series = _operator(nodes, nodes)
+    exact = exact_kernel_matrix(series, GRAPH).detach()
+    torch.testing.assert_close(op._diagonal(), exact[nodes, nodes], rtol=0, atol=1e-11)
+    # Second call (and a subset of nodes): served from the table, no recurrence.
+    monkeypatch.setattr(ChebyshevBasis, "_one_hot_diagonals", lambda *args: pytest.fail("recomputed"))
+    torch.testing.assert_close(op[1:3, 1:3]._diagonal(), exact[nodes[1:3], nodes[1:3]], rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("rows, columns", [(4, 5), (12, 12)])
+def test_diagonal_in_small_local_blocks_matches(monkeypatch, rows, columns):
+    graph = grid_graph(rows, columns)
+    monkeypatch.setattr(chebyshev, "_LOCAL_BLOCK", 2)
+    monkeypatch.setattr(chebyshev, "_BLOCK_ENTRIES", 3 * graph.num_nodes * 2)  # two nodes per block
+    restrictions = []
+    original = ChebyshevBasis._restriction
+    monkeypatch.setattr(ChebyshevBasis, "_restriction",
+                        lambda self, keep, width: restrictions.append(int(keep.sum())) or original(self, keep, width))
+    adjacency = torch.from_numpy(graph.normalized_adjacency().toarray())
+    nodes = torch.arange(graph.num_nodes).flip(0)
+    for degree in (0, 1, 5, 8):
+        table = ChebyshevBasis(graph.normalized_adjacency()).diagonal(nodes, degree)
+        matrices = [torch.eye(graph.num_nodes, dtype=torch.float64), adjacency]
+        while len(matrices) <= degree:
+            matrices.append(2 * adjacency @ matrices[-1] - matrices[-2])
+        expected = torch.stack(matrices[:degree + 1]).diagonal(dim1=-2, dim2=-1).T[nodes]
+        torch.testing.assert_close(table, expected, rtol=0, atol=1e-13)
+    # On the larger grid (some of) the recurrences ran on neighbourhoods, not the graph.
+    if rows == 12:
+        assert restrictions and max(restrictions) <= graph.num_nodes / 2
+
+
+def _autograd_nodes(node) -> set[str]:
+    names, stack = set(), [node]
+    while stack:
+        node = stack.pop()
+        if node is not None and type(node).__name__ not in names:
+            names.add(type(node).__name__)
+            stack.extend(parent for parent, _ in node.next_functions)
+    return names
+
+
+def test_gradients_need_no_autograd_tape_through_the_recurrence():
+    nodes = torch.tensor([1, 5, 9, 14])
+    op, series = _operator(nodes, nodes)
+    rhs = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    # The autograd graph holds one node for all J sparse products (its backward reruns
+    # the recurrence); linear_operator's matmul goes through _bilinear_derivative instead.
+    names = _autograd_nodes(op._matmul(rhs).grad_fn)
+    assert "_ChebyshevProductBackward" in names and not any("Addmm" in name for name in names)
+    product = op.matmul(rhs)
+    (gradient,) = torch.autograd.grad((product * rhs).sum(), series.raw_gamma)
+    exact = exact_kernel_matrix(series, GRAPH)[nodes][:, nodes]
+    (expected,) = torch.autograd.grad((exact @ rhs * rhs).sum(), series.raw_gamma)
+    torch.testing.assert_close(gradient, expected, rtol=1e-8, atol=1e-10)
+    # _bilinear_derivative: d(u^T K v)/dc_j = u^T T_j v.
+    (grad_c, *rest) = op._bilinear_derivative(rhs, rhs)
+    assert rest == [None, None]
+    dense = chebyshev_matrices(op.degree)[:, nodes][:, :, nodes]
+    torch.testing.assert_close(grad_c, torch.einsum("mt,jmn,nt->j", rhs, dense, rhs))
+
+
+def test_rows_for_pivoted_cholesky_use_one_column_recurrence():
+    nodes = torch.arange(12)
+    op, series = _operator(nodes, nodes)
+    exact = exact_kernel_matrix(series, GRAPH).detach()[:12, :12]
+    rows = torch.tensor([4, 4, 4]).unsqueeze(-1).expand(3, 12)
+    torch.testing.assert_close(op[torch.tensor([4]), :].to_dense(), exact[4:5])
+    torch.testing.assert_close(op._get_indices(rows, torch.arange(12).expand(3, 12)), exact[rows, torch.arange(12)])
+    factor = op.pivoted_cholesky(rank=4)
+    assert factor.shape == (12, 4)
+
+
+def test_scaling_keeps_the_operator_type_and_gradients():
+    nodes = torch.tensor([2, 6, 7])
+    op, _ = _operator(nodes, nodes)
+    scale = torch.tensor(2.5, dtype=torch.float64, requires_grad=True)
+    scaled = op * scale
+    assert isinstance(scaled, ChebyshevKernelLinearOperator)
+    torch.testing.assert_close(scaled.to_dense(), 2.5 * op.to_dense().detach())
+    (gradient,) = torch.autograd.grad(scaled.to_dense().sum(), scale)
+    torch.testing.assert_close(gradient, op.to_dense().detach().sum())
+
+
+def test_float32_and_dtype_conversion_keep_integer_nodes():
+    nodes = torch.tensor([0, 5, 10])
+    op, series = _operator(nodes, nodes, tolerance=1e-7)
+    single = op.to(torch.float32)
+    assert single.row_nodes.dtype == torch.int64 and single.dtype == torch.float32
+    exact = exact_kernel_matrix(series, GRAPH).detach()[nodes][:, nodes].float()
+    torch.testing.assert_close(single.to_dense(), exact, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(single._diagonal(), exact.diagonal(), rtol=1e-5, atol=1e-6)
+
+
+def test_constant_kernel_of_degree_zero():
+    op, _ = _operator(torch.tensor([1, 2]), torch.tensor([2]), series=PowerSeries([0.75]).double())
+    assert op.degree == 0
+    torch.testing.assert_close(op.to_dense(), torch.tensor([[0.0], [0.75]], dtype=torch.float64))
+    assert float(op.matmul(torch.ones(1, 1, dtype=torch.float64))[1, 0]) == 0.75

@@ -1,0 +1,105 @@
+"""The command line: fast --help, documented options, one-line errors naming what the user typed."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gp_couple.cli import COMMANDS, build_parser, error_line, main
+
+
+def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_top_level_help_imports_no_heavy_module() -> None:
+    code = ("import sys\nfrom gp_couple.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'gpytorch', 'numba', 'scipy', 'matplotlib') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("[]"), result.stdout
+    for name in COMMANDS:
+        assert name in result.stdout
+
+
+def test_every_option_has_help_and_descriptions_are_plain_text() -> None:
+    parsers = subcommand_parsers()
+    assert set(parsers) == set(COMMANDS)
+    for name, parser in parsers.items():
+        for action in parser._actions:
+            assert action.help and action.help != argparse.SUPPRESS, (name, action.option_strings)
+        for markup in ("``", ":math:", ":mod:"):
+            assert markup not in (parser.description or ""), (name, parser.description)
+        assert parser.epilog and f"gp-couple {name}" in parser.epilog  # an example
+
+
+def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 16 32 64)" in text and "(default: 300)" in text and "example:" in text
+
+
+def test_os_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("x")
+    assert main(["grf-gram", "--graph", "karate", "--data-dir", str(not_a_directory)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("gp-couple grf-gram: error:") and str(not_a_directory) in err
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["mesh", "--learning-rate", "nan"], "--learning-rate"),
+    (["demo", "--seed", "-1"], "--seed"),
+    (["grf-gram", "--repeats", "0"], "--repeats"),
+    (["traffic", "--train-iterations", "-5"], "--train-iterations"),
+    (["grf-gram", "--gamma", "inf"], "--gamma"),
+])
+def test_bad_option_values_name_the_option(argv: list[str], option: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"argument {option}:" in err
+
+
+def test_library_errors_are_one_line_and_debug_shows_the_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import gp_couple.experiments.attention as attention
+
+    def fail(args: argparse.Namespace) -> None:
+        raise RuntimeError("solver failed\nwith details on a second line")
+
+    monkeypatch.setattr(attention, "run", fail)
+    assert main(["attention"]) == 1
+    assert capsys.readouterr().err == "gp-couple attention: error: RuntimeError: solver failed ...\n"
+    with pytest.raises(RuntimeError, match="solver failed"):
+        main(["attention", "--debug"])
+    with pytest.raises(RuntimeError, match="solver failed"):
+        main(["--debug", "attention"])  # before the command too
+
+
+def test_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import gp_couple.experiments.attention as attention
+
+    def interrupted(args: argparse.Namespace) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(attention, "run", interrupted)
+    assert main(["attention"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+def test_error_line() -> None:
+    assert error_line(FileNotFoundError(2, "No such file or directory", "/x/y")) == \
+        "No such file or directory: /x/y"
+    assert error_line(ValueError("bad value")) == "bad value"
+    assert error_line(KeyError("weights")) == "KeyError: missing key 'weights'"
