@@ -217,7 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .progress import progress_bars
 
     try:
-        with progress_bars(not args.quiet):
+        from .settings import threads
+
+        # Commands with --threads run with their thread pools bounded (None: unchanged).
+        with progress_bars(not args.quiet), threads(getattr(args, "threads", None)):
             args.func(args)
     except KeyboardInterrupt:
         print(f"gp-couple {args.command}: interrupted", file=sys.stderr)

@@ -103,3 +103,18 @@ def test_error_line() -> None:
         "No such file or directory: /x/y"
     assert error_line(ValueError("bad value")) == "bad value"
     assert error_line(KeyError("weights")) == "KeyError: missing key 'weights'"
+
+
+def test_threads_option_bounds_the_run_and_restores_the_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from gp_couple.experiments import grf_gram
+
+    seen: list[int] = []
+    monkeypatch.setattr(grf_gram, "run", lambda args: seen.append(torch.get_num_threads()) or {})
+    monkeypatch.setattr(grf_gram, "emit", lambda *args, **kwargs: None)
+    before = torch.get_num_threads()
+    assert main(["grf-gram", "--graph", "grid:3x3", "--threads", "1"]) == 0
+    assert seen == [1] and torch.get_num_threads() == before
+    assert main(["grf-gram", "--graph", "grid:3x3"]) == 0
+    assert seen[-1] == before  # without --threads the pools are left as they are

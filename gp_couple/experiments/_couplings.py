@@ -10,6 +10,7 @@ from ..couplings.walk_lengths import (
     WalkLengthCoupling,
     get_walk_length_coupling,
 )
+from ._report import positive_int
 
 #: The three couplings of the paper's graph experiments (the default selection; any
 #: registered walk-length coupling may be chosen).
@@ -47,6 +48,12 @@ def add_walk_arguments(parser: Any) -> None:
     parser.add_argument("--directions", nargs="+", choices=DIRECTION_COUPLINGS.names(),
                         default=list(DIRECTIONS),
                         help="direction couplings compared with every length coupling (default %(default)s)")
+    # The CLI runs the command inside gp_couple.settings.threads(args.threads): on a busy
+    # machine, thread pools larger than the CPU share a run gets spin-wait for descheduled
+    # peers (benchmarks/bench_contention.py), so users sharing a machine should bound them.
+    parser.add_argument("--threads", type=positive_int, default=None,
+                        help="bound torch, numba and BLAS threads for this run, e.g. 1 on a busy "
+                             "machine (default: leave the thread pools as they are)")
 
 
 def with_direction_labels(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
