@@ -88,7 +88,7 @@ def run_gp(method: str, spec: str, walkers: int, p_halt: float, iterations: int,
     baseline = reset_peak()
     start = time.perf_counter()
     if method == "grf":
-        base = GRFKernel(graph, num_walkers=walkers, p_halt=p_halt, graph_kernel=Diffusion(1.0),
+        base = GRFKernel(graph, num_walkers=walkers, p_halt=p_halt, kernel_family=Diffusion(1.0),
                          seed=seed, nodes=np.concatenate([train, test]))
     else:
         base = ExactGraphKernel(graph, Diffusion(1.0))
@@ -109,7 +109,7 @@ def run_gp(method: str, spec: str, walkers: int, p_halt: float, iterations: int,
     result = {"method": method, "setup_s": setup, "train_s": training, "predict_s": prediction,
               "total_s": setup + training + prediction, "peak_gb": peak_increase(baseline),
               "final_loss": losses[-1], "outputscale": float(kernel.outputscale),
-              "gamma": float(base.graph_kernel.gamma), "noise": float(likelihood.noise)}
+              "gamma": float(base.kernel_family.gamma), "noise": float(likelihood.noise)}
     result.update(_metrics(mean.numpy(), variance.numpy(), signal, observed, test))
     if method == "grf":
         nodes = test[:subset]

@@ -21,6 +21,11 @@ Methods (``--methods``; a method is ``name`` or ``key=value,...`` with the keys 
 
 * ``exact``: the dense ``ExactGraphKernel`` up to ``--dense-limit`` nodes, the
   matrix-free ``MatrixFreeGraphKernel`` above it.
+* ``exact_matrix_free``: the matrix-free exact GP at any size (to compare its cost with
+  the dense one's where both fit).
+* ``exact_true`` (``prior:`` problems only): the same exact kernel at the hyperparameters
+  that generated the data, without training: the Bayes-optimal predictor, a reference
+  that costs one solve where training the exact GP would take hours.
 * GRF-GPs ``walkers=M,coupling=C,directions=D,p_halt=P`` with optional
   ``predict_walkers=M2`` (after training, redraw the walks with ``M2`` walkers for
   prediction: one CG solve and a Lanczos cache, cheap next to training; with
@@ -118,6 +123,10 @@ def parse_method(text: str) -> dict[str, Any]:
     """``exact`` or ``key=value,...`` to a configuration dict (validated)."""
     if text == "exact":
         return {"kernel": "exact"}
+    if text == "exact_true":
+        return {"kernel": "exact", "fixed": True}
+    if text == "exact_matrix_free":
+        return {"kernel": "exact", "matrix_free": True}
     config: dict[str, Any] = {"kernel": "grf", "walkers": 16, "coupling": "iid", "directions": "independent",
                               "p_halt": 0.1, "predict_walkers": None, "predict_coupling": "same",
                               "diagonal": "plain"}
@@ -139,7 +148,9 @@ def parse_method(text: str) -> dict[str, Any]:
 
 def method_label(config: dict[str, Any]) -> str:
     if config["kernel"] == "exact":
-        return "exact"
+        if config.get("fixed"):
+            return "exact at the generating hyperparameters"
+        return "exact (matrix-free)" if config.get("matrix_free") else "exact"
     label = f"m={config['walkers']} {config['coupling']} {config['directions']} p={config['p_halt']}"
     if config["predict_walkers"]:
         label += f" predict m={config['predict_walkers']}"
@@ -179,6 +190,26 @@ def problem(spec: str, seed: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarr
     n_test = min(10_000, graph.num_nodes - n_train)
     order = rng.permutation(graph.num_nodes)
     return graph, signal, observed, np.sort(order[:n_train]), np.sort(order[n_train:n_train + n_test])
+
+
+def generating_hyperparameters(spec: str, seed: int) -> dict[str, float]:
+    """Outputscale, gamma and noise that generated a ``prior:GAMMA:GRAPH`` problem.
+
+    The draw is standardised, so its outputscale is one over the raw draw's variance.
+    """
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import expm_multiply
+
+    from gp_couple.datasets import resolve_graph
+
+    if not spec.startswith("prior:"):
+        raise ValueError(f"exact_true needs a prior:GAMMA:GRAPH problem, got {spec!r}")
+    _, gamma, graph_spec = spec.split(":", 2)
+    graph = resolve_graph(graph_spec)
+    rng = np.random.default_rng(seed)
+    laplacian = sp.identity(graph.num_nodes, format="csr") - graph.normalized_adjacency()
+    raw = expm_multiply(-0.5 * float(gamma) ** 2 * laplacian, rng.normal(size=graph.num_nodes))
+    return {"outputscale": float(1.0 / raw.var()), "gamma": float(gamma), "noise": OBSERVATION_NOISE ** 2}
 
 
 # ---------------------------------------------------------------- the split-diagonal variant
@@ -238,7 +269,7 @@ def split_diagonal_kernel(kernel: Any) -> Any:
     class SplitDiagonalGRFKernel(GRFKernel):
         def correction(self, nodes: torch.Tensor) -> torch.Tensor:
             features = self._features()
-            f = self.graph_kernel.modulation(features.num_steps)[..., :features.num_steps].to(self.minus_weights.dtype)
+            f = self.kernel_family.modulation(features.num_steps)[..., :features.num_steps].to(self.minus_weights.dtype)
             steps = sparse_csr(features.slot_pointer, features.steps, self.minus_weights,
                                (features.nnz, features.num_steps))
             values = (steps @ f.reshape(-1, features.num_steps).T).T.reshape(*f.shape[:-1], features.nnz)
@@ -259,7 +290,7 @@ def split_diagonal_kernel(kernel: Any) -> Any:
                                         start_nodes=kernel.nodes.numpy(), directions=kernel.directions)
     merged, minus = _merge_halves(first, second)
     split = SplitDiagonalGRFKernel(kernel.graph, num_walkers=half, p_halt=kernel.p_halt, coupling=kernel.coupling,
-                                   graph_kernel=kernel.graph_kernel, seed=kernel.seed, nodes=kernel.nodes.numpy(),
+                                   kernel_family=kernel.kernel_family, seed=kernel.seed, nodes=kernel.nodes.numpy(),
                                    directions=kernel.directions)
     for name, tensor in merged.tensors().items():
         setattr(split, f"features_{name}", tensor)
@@ -287,7 +318,7 @@ def _predictive_on_subset(model: Any, likelihood: Any, train: np.ndarray, nodes:
     with torch.no_grad():
         if isinstance(base, GRFKernel):
             features = base.features
-            phi = features.scipy_feature_matrix(base.graph_kernel.modulation(features.num_steps).double())
+            phi = features.scipy_feature_matrix(base.kernel_family.modulation(features.num_steps).double())
             left = phi[base.rows(torch.as_tensor(train)).numpy()]
             right = phi[base.rows(torch.as_tensor(nodes)).numpy()]
             blocks = [outputscale * (a @ b.T).toarray() for a, b in ((left, left), (right, left), (right, right))]
@@ -310,11 +341,11 @@ def _sigma_coupling(kernel: Any, p_halt: float, seed: int) -> Any:
 
     import torch
 
-    from gp_couple.couplings.sigma_fit import fit_sigma_coupling
+    from gp_couple.features.sigma_fit import fit_sigma_coupling
 
-    series = deepcopy(kernel.graph_kernel)
+    family = deepcopy(kernel.kernel_family)
     with torch.no_grad():
-        return fit_sigma_coupling(series, p_halt, SIGMA_ORDER, samples_per_bin=SIGMA_SAMPLES, seed=seed)
+        return fit_sigma_coupling(family, p_halt, SIGMA_ORDER, samples_per_bin=SIGMA_SAMPLES, seed=seed)
 
 
 def run_method(spec: str, method: str, iterations: int, subset: int, seed: int, out_dir: str) -> dict[str, Any]:
@@ -332,7 +363,7 @@ def run_method(spec: str, method: str, iterations: int, subset: int, seed: int, 
     if config["kernel"] == "exact":
         from gp_couple.exact import DENSE_LIMIT, normalized_adjacency_eigh
 
-        if graph.num_nodes <= DENSE_LIMIT:
+        if graph.num_nodes <= DENSE_LIMIT and not config.get("matrix_free"):
             base = ExactGraphKernel(graph, Diffusion(1.0))
             normalized_adjacency_eigh(graph)  # the dense eigendecomposition: part of setup
             config["exact_kernel"] = "dense"
@@ -344,7 +375,7 @@ def run_method(spec: str, method: str, iterations: int, subset: int, seed: int, 
     else:
         first_coupling = "antithetic" if config["coupling"] == "sigma" else config["coupling"]
         base = GRFKernel(graph, num_walkers=config["walkers"], p_halt=config["p_halt"], coupling=first_coupling,
-                         directions=config["directions"], graph_kernel=Diffusion(1.0), seed=seed, nodes=nodes)
+                         directions=config["directions"], kernel_family=Diffusion(1.0), seed=seed, nodes=nodes)
         if config["diagonal"] == "split":
             base = split_diagonal_kernel(base)
     setup = time.perf_counter() - start
@@ -353,7 +384,13 @@ def run_method(spec: str, method: str, iterations: int, subset: int, seed: int, 
     model = GraphGP(train, torch.as_tensor(observed[train], dtype=torch.float32), likelihood, kernel)
     with grf_gp_settings():
         start = time.perf_counter()
-        if config.get("coupling") == "sigma":
+        if config.get("fixed"):
+            truth = generating_hyperparameters(spec, seed)
+            kernel.outputscale = truth["outputscale"]
+            base.kernel_family.gamma = truth["gamma"]
+            likelihood.noise = truth["noise"]
+            losses = [float("nan")]
+        elif config.get("coupling") == "sigma":
             losses = fit_gp(model, likelihood, iterations=iterations // 2, lr=0.05, seed=seed)
             base.resample(seed + 1, coupling=_sigma_coupling(base, config["p_halt"], seed))
             losses += fit_gp(model, likelihood, iterations=iterations - iterations // 2, lr=0.05, seed=seed + 1)
@@ -371,7 +408,7 @@ def run_method(spec: str, method: str, iterations: int, subset: int, seed: int, 
     result: dict[str, Any] = {
         "method": method_label(config), "config": config, "setup_s": setup, "train_s": training,
         "predict_s": prediction, "total_s": setup + training + prediction, "cpu_s": cpu, "final_loss": losses[-1],
-        "outputscale": float(kernel.outputscale), "gamma": float(base.graph_kernel.gamma),
+        "outputscale": float(kernel.outputscale), "gamma": float(base.kernel_family.gamma),
         "noise": float(likelihood.noise)}
     result.update(_metrics(mean.numpy(), variance.numpy(), signal, observed, test))
     if subset > 0:
@@ -393,12 +430,12 @@ def run_exact_at(spec: str, outputscale: float, gamma: float, noise: float, subs
 
     graph, signal, observed, train, test = problem(spec, seed)
     nodes = test[:subset]
-    series = Diffusion().double()
-    series.gamma = gamma
+    family = Diffusion().double()
+    family.gamma = gamma
     start = time.perf_counter()
     needed = np.concatenate([train, test])
     with torch.no_grad():
-        columns = np.concatenate([exact_kernel_columns(series, graph, needed[i:i + 500])
+        columns = np.concatenate([exact_kernel_columns(family, graph, needed[i:i + 500])
                                   for i in range(0, needed.size, 500)], axis=1) * outputscale
     position = {node: i for i, node in enumerate(needed)}
     train_cols = columns[:, [position[v] for v in train]]
@@ -502,8 +539,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     result = run_in_subprocess(__file__, run_method, spec, method, args.iterations, args.subset,
                                                args.seed, out_dir)
                 result.setdefault("method", method)
-                if method == "exact" and "error" not in result:
-                    exact = result
+                if method in ("exact", "exact_true") and exact is None and "error" not in result:
+                    exact = result  # the first exact row is the reference of the ratios
                 if exact is not None and "error" not in result:
                     _compare(result, exact)
                 row["methods"].append(result)

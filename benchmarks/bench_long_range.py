@@ -37,18 +37,18 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _measure import emit_report  # noqa: E402
 
-from gp_couple.couplings.sigma_fit import fit_sigma_coupling  # noqa: E402
+from gp_couple.features.sigma_fit import fit_sigma_coupling  # noqa: E402
 from gp_couple.evaluation import relative_frobenius_error  # noqa: E402
 from gp_couple.exact import exact_kernel_matrix  # noqa: E402
 from gp_couple.experiments._couplings import walk_length_couplings  # noqa: E402
 from gp_couple.datasets import resolve_graph  # noqa: E402
 from gp_couple.experiments._report import summarize  # noqa: E402
-from gp_couple.experiments.exact_baseline import graph_kernel_at  # noqa: E402
+from gp_couple.experiments.exact_baseline import kernel_family_at  # noqa: E402
 from gp_couple.features.grf import GraphRandomFeatures  # noqa: E402
 from gp_couple.halting import DEFAULT_MAX_INFLATION, halting_inflation, suggest_p_halt  # noqa: E402
 
 
-def gram_errors(graph: Any, exact: np.ndarray, series: Any, walkers: int, p_halt: float, coupling: Any,
+def gram_errors(graph: Any, exact: np.ndarray, family: Any, walkers: int, p_halt: float, coupling: Any,
                 directions: str, repeats: int, rng: np.random.Generator) -> tuple[list[float], int]:
     """Relative Frobenius errors of ``repeats`` fresh estimates, and the walk steps of one."""
     errors, steps = [], 0
@@ -56,7 +56,7 @@ def gram_errors(graph: Any, exact: np.ndarray, series: Any, walkers: int, p_halt
         for _ in range(repeats):
             features = GraphRandomFeatures.sample(graph, walkers, p_halt, coupling, seed=rng,
                                                   dtype=torch.float64, directions=directions)
-            f = series.modulation(features.num_steps).reshape(-1)
+            f = family.modulation(features.num_steps).reshape(-1)
             phi = features.scipy_feature_matrix(f).toarray()
             errors.append(relative_frobenius_error(exact, phi @ phi.T))
             steps = features.num_entries
@@ -70,20 +70,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for spec in args.graphs:
         graph = resolve_graph(spec)
         for gamma in args.gammas:
-            series = graph_kernel_at("diffusion", {"gamma": gamma})
+            family = kernel_family_at("diffusion", {"gamma": gamma})
             with torch.no_grad():
-                exact = exact_kernel_matrix(series, graph).numpy()
+                exact = exact_kernel_matrix(family, graph).numpy()
             here = []
             for p_halt in args.p_halts:
                 key = (gamma, p_halt)
                 if key not in couplings_cache:
                     couplings_cache[key] = walk_length_couplings(args.couplings, lambda: fit_sigma_coupling(
-                        series, p_halt, args.order, samples_per_bin=args.fit_samples, seed=args.seed))
-                inflation = halting_inflation(series, p_halt)
+                        family, p_halt, args.order, samples_per_bin=args.fit_samples, seed=args.seed))
+                inflation = halting_inflation(family, p_halt)
                 for name, coupling in couplings_cache[key].items():
                     for directions in args.directions:
                         start = time.perf_counter()
-                        errors, steps = gram_errors(graph, exact, series, args.walkers, p_halt, coupling,
+                        errors, steps = gram_errors(graph, exact, family, args.walkers, p_halt, coupling,
                                                     directions, args.repeats, rng)
                         row = {"graph": spec, "nodes": graph.num_nodes, "gamma": gamma, "p_halt": p_halt,
                                "halting_inflation": inflation, "coupling": name, "directions": directions,
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         here.append(row)
                         print(f"{spec} gamma={gamma} p={p_halt} {name}/{directions}: "
                               f"{row['gram_error']['mean']:.3g}", file=sys.stderr, flush=True)
-            suggested = suggest_p_halt(series)
+            suggested = suggest_p_halt(family)
             within = [row for row in here if row["p_halt"] <= suggested + 1e-12]
             at_rule = max((row["p_halt"] for row in within), default=None)
             summary.append({

@@ -57,7 +57,7 @@ def measure(spec: str, gamma: float, args: argparse.Namespace) -> dict[str, Any]
     from gp_couple.exact import exact_kernel_columns
     from gp_couple.datasets import resolve_graph
     from gp_couple.kernels import MatrixFreeGraphKernel
-    from gp_couple.modulation import Diffusion
+    from gp_couple.kernel_families import Diffusion
 
     graph = resolve_graph(spec)
     n = graph.num_nodes
@@ -72,7 +72,7 @@ def measure(spec: str, gamma: float, args: argparse.Namespace) -> dict[str, Any]
                               "product_s": {}, "sparse_product_s": {}, "expm_multiply_s": {}}
     # A tight expansion (tolerance 1e-13) is the accuracy reference: scipy's expm_multiply,
     # which gp_couple.exact uses for diffusion columns, is itself only accurate to ~1e-9 here.
-    tight = MatrixFreeGraphKernel(graph, kernel.graph_kernel, tolerance=1e-13)
+    tight = MatrixFreeGraphKernel(graph, kernel.kernel_family, tolerance=1e-13)
     tight_operator = tight(all_nodes).evaluate_kernel()
     adjacency = graph.normalized_adjacency()
     from scipy.sparse.linalg import expm_multiply
@@ -127,7 +127,7 @@ def measure(spec: str, gamma: float, args: argparse.Namespace) -> dict[str, Any]
 
     columns = np.sort(rng.choice(n, size=args.check_columns, replace=False))
     x_columns = torch.from_numpy(columns).double().unsqueeze(-1)
-    expm_columns = exact_kernel_columns(kernel.graph_kernel, graph, columns)
+    expm_columns = exact_kernel_columns(kernel.kernel_family, graph, columns)
     with torch.no_grad():
         ours = kernel(all_nodes, x_columns).evaluate_kernel().to_dense().numpy()
         reference = tight(all_nodes, x_columns).evaluate_kernel().to_dense().numpy()
@@ -149,7 +149,7 @@ def measure_gp(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     from gp_couple.datasets import resolve_graph
     from gp_couple.kernels import MatrixFreeGraphKernel
     from gp_couple.models import GraphGP, fit_gp, predict
-    from gp_couple.modulation import Diffusion
+    from gp_couple.kernel_families import Diffusion
     from gp_couple.settings import grf_gp_settings
 
     graph = resolve_graph(spec)

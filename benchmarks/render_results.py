@@ -2,7 +2,7 @@
 
 Run: ``python benchmarks/render_results.py [SECTION ...]`` with sections ``walks``,
 ``graph_gp``, ``graph_gp_accuracy``, ``grf_gram``, ``pagerank``, ``mesh``, ``traffic``, ``kernel_estimation``,
-``attention``, ``copula_learning``, ``matrix_free``, ``contention`` (default: all present); ``--update-readme`` rewrites the
+``attention``, ``copula_learning``, ``matrix_free``, ``contention``, ``products`` (default: all present); ``--update-readme`` rewrites the
 condensed tables between the results markers of README.md; ``--update-results`` rewrites
 the "Paper experiments" section of RESULTS.md.
 """
@@ -422,6 +422,37 @@ def contention() -> str:
                  "loaded share-s", "slowdown", "fair slowdown", "ratio to fair share", "CPU inflation"], rows))
 
 
+def products() -> str:
+    report = _load("products.json")
+    if not report:
+        return ""
+    names = ["train_gram_33", "train_gram_1", "train_gram_backward_33", "cross_gram_1", "cross_gram_300",
+             "preconditioner", "preconditioner_reused_pivots"]
+    rows = [[r["graph"], r["code"], r["nnz"], r["touched_columns"], r["load_before"]]
+            + [f"{r[name]['ratio']:.2f} ({r[name]['s'] * 1e3:.0f} ms)" if name in r else None for name in names]
+            for r in report["products"] if "error" not in r]
+    parts = ["each product's time / the nnz-bound SciPy CSR products measured just before it "
+             "(same nnz, same right-hand sides; milliseconds in brackets):\n\n" + _table(
+                 ["graph", "code", "nnz", "touched nodes", "load", "K X (33)", "K x (1)", "backward (33)",
+                  "K*X x (1)", "K*X X (300)", "pivoted Cholesky", "… reused pivots"], rows)]
+    protocol = [[r["graph"], r["code"], r["wall_s"], r["cpu_s"], r.get("train_cpu_s"), r.get("predict_cpu_s"),
+                 r["peak_gb"], f"{r['final_loss']:.5f}", r["test_rmse"], r["test_nlpd"],
+                 f"{r['load_before']:.1f}-{r['load_after']:.1f}"]
+                for r in report.get("protocol", []) if "error" not in r]
+    if protocol:
+        parts.append("protocol (features, 50 Adam steps, mean and variance at 10^4 nodes):\n\n" + _table(
+            ["graph", "code", "wall (s)", "CPU (s)", "train CPU (s)", "predict CPU (s)", "peak (GB)", "final loss",
+             "test RMSE", "test NLPD", "load"], protocol))
+    lanczos = [[r["graph"], size["root_size"], size["predict_cpu_s"], size["variance_rel_error_max"],
+                size["variance_rel_error_mean"]] for r in report.get("lanczos", []) if "error" not in r
+               for size in r["sizes"]]
+    if lanczos:
+        parts.append("`fast_pred_var` Lanczos root size against CG-exact variances (first 100 test nodes):\n\n"
+                     + _table(["graph", "root size", "predict CPU (s)", "max rel. variance error",
+                               "mean rel. variance error"], lanczos))
+    return "\n\n".join(parts)
+
+
 def _triple(values: list[Any]) -> str:
     return " / ".join(_cell(value["mean"] if isinstance(value, dict) else value) for value in values)
 
@@ -488,7 +519,7 @@ SECTIONS: dict[str, Callable[[], str]] = {"walks": walks, "graph_gp": graph_gp,
                                           "traffic_nuts": traffic_nuts,
                                           "kernel_estimation": kernel_estimation, "attention": attention,
                                           "copula_learning": copula_learning, "matrix_free": matrix_free,
-                                          "contention": contention}
+                                          "contention": contention, "products": products}
 
 # ---------------------------------------------------------------- RESULTS.md paper section
 PAPER_SECTION = "\n## Paper experiments"

@@ -24,7 +24,8 @@ __version__ = "0.1.0"
 #: works as usual. Add a new public name here.
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "graphs": ("Graph", "grid_graph", "icosphere_graph"),
-    "modulation": ("Diffusion", "RegularisedLaplacian", "PStepRandomWalk", "InverseCosine", "PowerSeries"),
+    "kernel_families": ("Diffusion", "RegularisedLaplacian", "PStepRandomWalk", "InverseCosine", "PowerSeries",
+                        "KernelFamily", "get_kernel_family"),
     "couplings": ("WalkLengthCoupling", "IIDWalkLengthCoupling", "AntitheticWalkLengthCoupling",
                   "SigmaCoupling", "FrequencyCoupling", "PairwiseNormCoupling", "GaussianCopulaCoupling",
                   "AntitheticFrequencyCoupling", "get_frequency_coupling"),

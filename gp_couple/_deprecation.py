@@ -1,9 +1,12 @@
-"""Deprecated aliases of renamed public names, resolved lazily with a warning."""
+"""Deprecated aliases of renamed public names and keywords, resolved with a warning."""
 
 from __future__ import annotations
 
+import functools
 import warnings
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def deprecated_aliases(module_name: str, aliases: Mapping[str, tuple[str, Callable[[], Any]]]
@@ -29,3 +32,29 @@ def deprecated_aliases(module_name: str, aliases: Mapping[str, tuple[str, Callab
     # Packages re-exporting a module's names merge its table into their own.
     __getattr__.aliases = dict(aliases)  # type: ignore[attr-defined]
     return __getattr__
+
+
+def renamed_keywords(**renames: str) -> Callable[[F], F]:
+    """Decorator: the function still accepts old keyword names (``old="new"``), with a ``DeprecationWarning``.
+
+    :param renames: Old keyword -> new keyword.
+    :return: The decorator; the decorated function raises ``TypeError`` when given both
+        the old and the new name.
+    """
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for old, new in renames.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{function.__qualname__}() got both {new!r} and its "
+                                        f"deprecated name {old!r}")
+                    warnings.warn(f"{function.__qualname__}(): the keyword {old!r} is deprecated; "
+                                  f"use {new!r}", DeprecationWarning, stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -13,6 +13,8 @@ from typing import Iterator, Union
 import numpy as np
 import torch
 
+from ._checks import is_int
+
 SeedLike = Union[int, np.integer, np.random.Generator, torch.Generator, None]
 
 _UINT64_MASK = (1 << 64) - 1
@@ -21,7 +23,7 @@ _UINT64_MASK = (1 << 64) - 1
 def _check_seed_type(seed: SeedLike) -> None:
     if seed is None or isinstance(seed, (np.random.Generator, torch.Generator)):
         return
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+    if not is_int(seed):
         raise TypeError(
             "seed must be an int, a numpy.random.Generator, a torch.Generator or None; "
             f"got {type(seed).__name__}"

@@ -7,7 +7,7 @@ r"""Exact graph-kernel references.
   Practical up to :math:`N \approx 10^4`.
 * :func:`exact_kernel_columns`: columns :math:`\mathbf K[:, S]` of large graphs without
   forming :math:`\mathbf K`, through each family's
-  :meth:`~gp_couple.modulation.GraphKernelSeries.apply_exact`
+  :meth:`~gp_couple.kernel_families.KernelFamily.apply_exact`
   (``scipy.sparse.linalg.expm_multiply`` for diffusion and cosine, sparse LU solves for
   the regularised Laplacian, sparse products for p-step and general series). The
   ``expm_multiply`` products have errors of about :math:`5\cdot 10^{-9}\|\mathbf v\|_2`
@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from .graphs import Graph
-from .modulation import GraphKernelSeries
+from ._deprecation import renamed_keywords
+from .kernel_families import KernelFamily
 
 __all__ = ["normalized_adjacency_eigh", "exact_kernel_matrix", "exact_kernel_columns",
            "DENSE_LIMIT"]
@@ -52,33 +53,38 @@ def normalized_adjacency_eigh(graph: Graph) -> tuple[torch.Tensor, torch.Tensor]
     return graph._cached("normalized_adjacency_eigh", build)
 
 
-def exact_kernel_matrix(series: GraphKernelSeries, graph: Graph, *, force: bool = False) -> torch.Tensor:
+@renamed_keywords(series="kernel_family")
+def exact_kernel_matrix(kernel_family: KernelFamily, graph: Graph, *, force: bool = False) -> torch.Tensor:
     r"""Dense exact kernel :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` as a float64 tensor.
 
-    Differentiable with respect to the series' hyperparameters; batched
+    Differentiable with respect to the family's hyperparameters; batched
     hyperparameters give a ``(*batch, N, N)`` result.
 
-    :param series: The graph kernel.
+    :param kernel_family: The kernel family and its hyperparameters.
     :param graph: The graph.
     :param force: Allow graphs larger than :data:`DENSE_LIMIT` nodes.
     """
     graph = _check_graph(graph)
-    if not isinstance(series, GraphKernelSeries):
-        raise TypeError(f"series must be a GraphKernelSeries, got {type(series).__name__}")
+    if not isinstance(kernel_family, KernelFamily):
+        raise TypeError(f"kernel_family must be a KernelFamily, got {type(kernel_family).__name__}")
     if graph.num_nodes > DENSE_LIMIT and not force:
         raise ValueError(
             f"a dense kernel on {graph.num_nodes} nodes needs {graph.num_nodes**2 * 8 / 1e9:.1f} GB; "
             "use exact_kernel_columns, or pass force=True")
     eigenvalues, eigenvectors = normalized_adjacency_eigh(graph)
-    # float64 eigenvalues promote float32 hyperparameters: the reference stays float64.
-    spectrum = series.spectrum(eigenvalues).to(torch.float64)
+    # float64 eigenvalues promote float32 hyperparameters: the reference stays float64,
+    # on the CPU with the eigenvectors whatever the hyperparameters' device.
+    parameter = next(kernel_family.parameters(), None)
+    device = eigenvalues.device if parameter is None else parameter.device
+    spectrum = kernel_family.spectrum(eigenvalues.to(device)).to(device=eigenvectors.device, dtype=torch.float64)
     return (eigenvectors * spectrum.unsqueeze(-2)) @ eigenvectors.T
 
 
-def exact_kernel_columns(series: GraphKernelSeries, graph: Graph, columns: Any) -> np.ndarray:
+@renamed_keywords(series="kernel_family")
+def exact_kernel_columns(kernel_family: KernelFamily, graph: Graph, columns: Any) -> np.ndarray:
     r"""Exact columns :math:`\mathbf K[:, S]` (float64 numpy, shape ``(N, |S|)``) without forming :math:`\mathbf K`.
 
-    :param series: The graph kernel (unbatched).
+    :param kernel_family: The kernel family (unbatched hyperparameters).
     :param graph: The graph.
     :param columns: Node indices :math:`S`.
     """
@@ -91,4 +97,4 @@ def exact_kernel_columns(series: GraphKernelSeries, graph: Graph, columns: Any) 
     block = np.zeros((graph.num_nodes, index.size))
     block[index, np.arange(index.size)] = 1.0
     with torch.no_grad():
-        return np.asarray(series.apply_exact(graph.normalized_adjacency(), block), dtype=np.float64)
+        return np.asarray(kernel_family.apply_exact(graph.normalized_adjacency(), block), dtype=np.float64)

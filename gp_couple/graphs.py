@@ -8,7 +8,8 @@ sampler reads its CSR arrays, the kernels read its normalised adjacency
     \widetilde{\mathbf W} = \mathbf D^{-1/2} \mathbf W \mathbf D^{-1/2},
     \qquad \widetilde{\mathbf L} = \mathbf I - \widetilde{\mathbf W},
 
-(paper, eq:graph_lap) where :math:`\mathbf D` holds the *weighted* degrees.
+(paper, eq. (48), the normalised Laplacian, Appendix C.1 [eq:graph_lap]) where :math:`\mathbf D`
+holds the *weighted* degrees.
 
 Conventions
 -----------
@@ -40,6 +41,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
+import torch
+
+from ._checks import check_int, is_int
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
@@ -197,9 +201,10 @@ class Graph:
     def from_trimesh(cls, mesh: trimesh.Trimesh, *, nodes: Literal["faces", "vertices"] = "faces") -> Graph:
         """Build the graph of a triangle mesh.
 
-        With ``nodes="faces"`` (the paper's setting, app:grf_gp_details) node ``i`` is
-        face ``i`` and two faces are joined when they share an edge
-        (``mesh.face_adjacency``). With ``nodes="vertices"`` node ``i`` is vertex ``i``
+        With ``nodes="faces"`` (the paper's setting, Appendix F.2 "Scalable GPs on graphs",
+        paragraph "Training GRF-GPs: technical details" [app:grf_gp_details]) node ``i`` is
+        face ``i`` and two faces are joined when they share an edge (``mesh.face_adjacency``). With
+        ``nodes="vertices"`` node ``i`` is vertex ``i``
         and the graph is the mesh's edge graph. Edges are unweighted.
 
         :param mesh: A :class:`trimesh.Trimesh`.
@@ -387,15 +392,12 @@ def erdos_renyi_graph(num_nodes: int, edge_probability: float, seed: int = 0) ->
     """
     import networkx as nx
 
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
-        raise TypeError(f"num_nodes must be an int, got {type(num_nodes).__name__}")
-    if num_nodes < 1:
-        raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+    num_nodes = check_int("num_nodes", num_nodes, 1)
     if isinstance(edge_probability, bool) or not isinstance(edge_probability, (int, float, np.number)):
         raise TypeError(f"edge_probability must be a float, got {type(edge_probability).__name__}")
     if not 0.0 <= float(edge_probability) <= 1.0:
         raise ValueError(f"edge_probability must lie in [0, 1], got {edge_probability}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     return Graph.from_networkx(nx.gnp_random_graph(int(num_nodes), float(edge_probability), seed=int(seed)),
                                weight=None)
@@ -413,13 +415,8 @@ def _as_csr(adjacency: Any) -> sp.csr_matrix:
     if sp.issparse(adjacency):
         matrix = sp.csr_matrix(adjacency, dtype=np.float64, copy=True)
     else:
-        try:
-            import torch
-
-            if isinstance(adjacency, torch.Tensor):
-                adjacency = adjacency.detach().cpu().to_dense().numpy()
-        except ImportError:  # pragma: no cover
-            pass
+        if isinstance(adjacency, torch.Tensor):
+            adjacency = adjacency.detach().cpu().to_dense().numpy()
         if isinstance(adjacency, (str, bytes)) or not hasattr(adjacency, "__len__") and not hasattr(adjacency, "shape"):
             raise TypeError(f"adjacency must be a matrix, got {type(adjacency).__name__}")
         array = np.asarray(adjacency)

@@ -1,7 +1,8 @@
 r"""Choosing the termination probability :math:`p_\mathrm{halt}` of graph random features for a kernel.
 
 A walker that has survived :math:`t` steps carries the importance factor
-:math:`(1 - p_\mathrm{halt})^{-t}` (app:grf_approx, the load of a walk: one factor
+:math:`(1 - p_\mathrm{halt})^{-t}` (Appendix C.1 "Constructing graph random features"
+[app:grf_approx], the load of a walk: one factor
 :math:`1/(1-p_\mathrm{halt})` per step), which keeps the estimate unbiased because it
 survives with probability :math:`(1 - p_\mathrm{halt})^t`. Step :math:`t` therefore
 adds :math:`f(t)^2 (1-p)^{-2t}` to the squared feature with probability :math:`(1-p)^t`:
@@ -63,8 +64,9 @@ import torch
 from scipy.optimize import brentq
 from scipy.special import logsumexp
 
-from .couplings.walk_lengths import check_p_halt
-from .modulation import GraphKernelSeries
+from ._checks import check_p_halt
+from ._deprecation import renamed_keywords
+from .kernel_families import KernelFamily
 
 __all__ = ["halting_inflation", "suggest_p_halt", "DEFAULT_MAX_INFLATION"]
 
@@ -77,22 +79,22 @@ _MAX_TERMS = 8192
 _TAIL_TOLERANCE = 1e-12
 
 
-def _check_kernel(graph_kernel: GraphKernelSeries) -> GraphKernelSeries:
-    if not isinstance(graph_kernel, GraphKernelSeries):
-        raise TypeError("graph_kernel must be a gp_couple.modulation.GraphKernelSeries "
-                        f"(e.g. Diffusion(gamma=4.0)), got {type(graph_kernel).__name__}")
-    if graph_kernel.batch_shape != torch.Size():
-        raise ValueError("graph_kernel must have unbatched hyperparameters, got batch_shape "
-                         f"{tuple(graph_kernel.batch_shape)}")
-    return graph_kernel
+def _check_kernel(kernel_family: KernelFamily) -> KernelFamily:
+    if not isinstance(kernel_family, KernelFamily):
+        raise TypeError("kernel_family must be a gp_couple.kernel_families.KernelFamily "
+                        f"(e.g. Diffusion(gamma=4.0)), got {type(kernel_family).__name__}")
+    if kernel_family.batch_shape != torch.Size():
+        raise ValueError("kernel_family must have unbatched hyperparameters, got batch_shape "
+                         f"{tuple(kernel_family.batch_shape)}")
+    return kernel_family
 
 
 class _SquaredModulation:
     r""":math:`\log f(t)^2` of a kernel, computed once per length and reused for every :math:`p`."""
 
-    def __init__(self, graph_kernel: GraphKernelSeries) -> None:
+    def __init__(self, kernel_family: KernelFamily) -> None:
         # float64 copy: f(t)^2 spans hundreds of orders of magnitude for long-range kernels.
-        self._kernel = deepcopy(graph_kernel).double()
+        self._kernel = deepcopy(kernel_family).double()
         self._values = np.empty(0)
 
     def first(self, num_terms: int) -> np.ndarray:
@@ -100,7 +102,7 @@ class _SquaredModulation:
         # evaluation serves every shorter request (the generic square root is O(T^2)).
         if self._values.size < num_terms:
             with torch.no_grad():
-                f = self._kernel.modulation(num_terms).reshape(-1).numpy()
+                f = self._kernel.modulation(num_terms).reshape(-1).cpu().numpy()
             with np.errstate(divide="ignore"):
                 self._values = 2.0 * np.log(np.abs(f))
         return self._values[:num_terms]
@@ -115,7 +117,7 @@ def _log_inflation(squared: _SquaredModulation, p_halt: float) -> float:
         half = num_terms // 2
         total, plain = logsumexp(weighted), logsumexp(log_f2)
         if not np.isfinite(plain):
-            raise ValueError("graph_kernel has an identically zero modulation function")
+            raise ValueError("kernel_family has an identically zero modulation function")
         tail_weighted, tail_plain = logsumexp(weighted[half:]), logsumexp(log_f2[half:])
         if (tail_weighted - total < math.log(_TAIL_TOLERANCE)
                 and tail_plain - plain < math.log(_TAIL_TOLERANCE)):
@@ -125,27 +127,29 @@ def _log_inflation(squared: _SquaredModulation, p_halt: float) -> float:
         num_terms *= 2
 
 
-def halting_inflation(graph_kernel: GraphKernelSeries, p_halt: float) -> float:
+@renamed_keywords(graph_kernel="kernel_family")
+def halting_inflation(kernel_family: KernelFamily, p_halt: float) -> float:
     r"""Halting inflation :math:`\rho(p) = \sum_t f(t)^2 (1-p)^{-t} / \sum_t f(t)^2` of a kernel's GRFs.
 
     The factor by which terminating walks with probability ``p_halt`` (and reweighting
-    the survivors, app:grf_approx) multiplies the second moment of the features,
-    relative to walks that never halt; see the module docstring.
+    the survivors, Appendix C.1 "Constructing graph random features" [app:grf_approx]) multiplies
+    the second moment of the features, relative to walks that never halt; see the module docstring.
 
-    :param graph_kernel: The kernel, at the hyperparameters of interest (unbatched).
+    :param kernel_family: The kernel, at the hyperparameters of interest (unbatched).
     :param p_halt: Termination probability in :math:`(0, 1)`.
     :return: :math:`\rho(p) \ge 1`; ``math.inf`` when the series diverges (the GRF
         estimate then has infinite variance), detected when it has not converged within
         8192 terms.
-    :raises TypeError: If ``graph_kernel`` is not a
-        :class:`~gp_couple.modulation.GraphKernelSeries` or ``p_halt`` is not a float.
+    :raises TypeError: If ``kernel_family`` is not a
+        :class:`~gp_couple.kernel_families.KernelFamily` or ``p_halt`` is not a float.
     :raises ValueError: If ``p_halt`` is outside :math:`(0, 1)`, the hyperparameters are
         batched, or the modulation is identically zero.
     """
-    return math.exp(_log_inflation(_SquaredModulation(_check_kernel(graph_kernel)), check_p_halt(p_halt)))
+    return math.exp(_log_inflation(_SquaredModulation(_check_kernel(kernel_family)), check_p_halt(p_halt)))
 
 
-def suggest_p_halt(graph_kernel: GraphKernelSeries, *, max_inflation: float = DEFAULT_MAX_INFLATION,
+@renamed_keywords(graph_kernel="kernel_family")
+def suggest_p_halt(kernel_family: KernelFamily, *, max_inflation: float = DEFAULT_MAX_INFLATION,
                    p_max: float = 0.5, p_min: float = 1e-3) -> float:
     r"""The cheapest (largest) :math:`p_\mathrm{halt} \le p_\mathrm{max}` within the halting-inflation budget.
 
@@ -157,7 +161,7 @@ def suggest_p_halt(graph_kernel: GraphKernelSeries, *, max_inflation: float = DE
     to learn: walks that halt too early cannot represent a long-range kernel, so a
     likelihood trained on them never reaches one.
 
-    :param graph_kernel: The kernel, at the hyperparameters the walks must serve.
+    :param kernel_family: The kernel, at the hyperparameters the walks must serve.
     :param max_inflation: Budget :math:`\rho_\mathrm{max} > 1` (default
         :data:`DEFAULT_MAX_INFLATION`, from the long-range benchmark).
     :param p_max: Upper end of the search (the paper's experiments use 0.1 to 0.5).
@@ -167,7 +171,7 @@ def suggest_p_halt(graph_kernel: GraphKernelSeries, *, max_inflation: float = DE
         even ``p_min`` inflates the second moment by more than ``max_inflation`` (the
         modulation decays too slowly for GRFs).
     """
-    graph_kernel = _check_kernel(graph_kernel)
+    kernel_family = _check_kernel(kernel_family)
     if isinstance(max_inflation, bool) or not isinstance(max_inflation, (int, float, np.floating)):
         raise TypeError(f"max_inflation must be a float, got {type(max_inflation).__name__}")
     if not (float(max_inflation) > 1.0 and math.isfinite(float(max_inflation))):
@@ -176,7 +180,7 @@ def suggest_p_halt(graph_kernel: GraphKernelSeries, *, max_inflation: float = DE
     if p_min >= p_max:
         raise ValueError(f"p_min must be below p_max, got p_min={p_min}, p_max={p_max}")
     log_budget = math.log(float(max_inflation))
-    squared = _SquaredModulation(graph_kernel)
+    squared = _SquaredModulation(kernel_family)
 
     def excess(p: float) -> float:
         # Clipped so that brentq sees finite values where the series diverges.

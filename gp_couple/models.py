@@ -3,10 +3,11 @@ r"""Exact GPs on graph nodes, their training loop and predictions.
 :class:`GraphGP` is a :class:`gpytorch.models.ExactGP` whose inputs are node indices,
 validated once here so that bad data fails with a clear message instead of deep inside
 torch. With ``covar_module = ScaleKernel(GRFKernel(graph, ...))`` it is the scalable
-GRF-GP of the paper (sec:graph_gp_experiments); with
+GRF-GP of the paper (Section 4.2 "Experiments with σ-coupled GRFs" [sec:graph_gp_experiments]); with
 ``ScaleKernel(ExactGraphKernel(graph))`` it is the exact reference.
 
-:func:`fit_gp` is the training loop of app:grf_gp_details (Adam on the exact marginal
+:func:`fit_gp` is the training loop of Appendix F.2 "Scalable GPs on graphs", paragraph "Training
+GRF-GPs: technical details" [app:grf_gp_details] (Adam on the exact marginal
 log-likelihood; the learnable hyperparameters are the outputscale :math:`\kappa`, the
 graph-kernel hyperparameters, e.g. :math:`\gamma`, and the noise :math:`\sigma_n`), and
 :func:`predict` returns predictive means and variances.
@@ -17,6 +18,7 @@ Library code never changes global gpytorch settings: wrap calls in
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from typing import Any, Callable
@@ -30,11 +32,12 @@ from gpytorch.means import Mean, ZeroMean
 from torch import Tensor
 
 from ._random import SeedLike, seeded_torch_rng
-from .kernels.grf import GraphNodeKernel, GRFKernel
+from .kernels.graph_node import GraphNodeKernel, node_index_tensor
+from .kernels.grf import GRFKernel
 from .progress import progress
 
 __all__ = ["GraphGP", "TrainingWarning", "adam_steps", "check_schedule", "check_training", "fit_gp", "predict",
-           "node_index_array"]
+           "node_index_array", "module_device"]
 
 _FLOAT32_EXACT = 2**24
 
@@ -60,7 +63,9 @@ def _as_array(value: Any, name: str) -> np.ndarray:
 
 
 def node_index_array(nodes: Any, name: str, num_nodes: int | None = None) -> np.ndarray:
-    """Validate node indices (1-D, or a column ``(n, 1)``) and return them as int64.
+    """Validate node indices (1-D, or a column ``(n, 1)``) and return them as an int64 array.
+
+    The NumPy form of :func:`gp_couple.kernels.graph_node.node_index_tensor` (same checks).
 
     :param nodes: Tensor, array or sequence of node indices (integers, or floats with
         integer values).
@@ -70,28 +75,14 @@ def node_index_array(nodes: Any, name: str, num_nodes: int | None = None) -> np.
     :raises ValueError: If the shape is wrong, or an index is non-finite, non-integer,
         negative or out of range.
     """
-    array = _as_array(nodes, name)
-    if array.ndim == 2 and array.shape[1] == 1:
-        array = array[:, 0]
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (or a column of shape (n, 1)), got shape {array.shape}")
-    if array.size == 0:
-        raise ValueError(f"{name} is empty")
-    if array.dtype == np.bool_ or not (np.issubdtype(array.dtype, np.integer)
-                                       or np.issubdtype(array.dtype, np.floating)):
-        raise TypeError(f"{name} must hold integer node indices, got dtype {array.dtype}")
-    if np.issubdtype(array.dtype, np.floating):
-        if not np.all(np.isfinite(array)):
-            raise ValueError(f"{name} contains NaN or infinite node indices")
-        fractional = array != np.round(array)
-        if np.any(fractional):
-            raise ValueError(f"{name} contains non-integer node index {array[fractional][0]}")
-    index = array.astype(np.int64)
-    if index.min() < 0:
-        raise ValueError(f"{name} contains negative node index {index.min()}")
-    if num_nodes is not None and index.max() >= num_nodes:
-        raise ValueError(f"{name} contains node index {index.max()} outside [0, {num_nodes})")
-    return index
+    return node_index_tensor(nodes, name, num_nodes).cpu().numpy()
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """Device of a module's first parameter or buffer (the CPU if it has none)."""
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
 
 
 def _checked_modules(covar_module: Any, mean_module: Any) -> list[GraphNodeKernel]:
@@ -103,14 +94,25 @@ def _checked_modules(covar_module: Any, mean_module: Any) -> list[GraphNodeKerne
     return _graph_kernels(covar_module)
 
 
-def _node_inputs(nodes: Any, name: str, num_nodes: int | None,
-                 graph_kernels: list[GraphNodeKernel]) -> Tensor:
-    index = node_index_array(nodes, name, num_nodes)
+def _node_inputs(nodes: Any, name: str, num_nodes: int | None, graph_kernels: list[GraphNodeKernel],
+                 device: torch.device | None = None) -> Tensor:
+    """Validated GP inputs ``(n, 1)`` on ``device`` (default: the first graph kernel's).
+
+    The indices are checked here, once: the graph kernels are told that these inputs
+    hold them (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.trust_node_inputs`), so
+    their forward passes neither re-check nor synchronise with the device.
+    """
+    if device is None:
+        device = graph_kernels[0].device if graph_kernels else torch.device("cpu")
+    index = node_index_tensor(nodes, name, num_nodes, device=device)
     for kernel in graph_kernels:
         if isinstance(kernel, GRFKernel):
-            kernel.rows(torch.from_numpy(index), name)  # raises for nodes without features
+            kernel.rows(index, name)  # raises for nodes without features
     dtype = torch.float64 if num_nodes is not None and num_nodes > _FLOAT32_EXACT else torch.get_default_dtype()
-    return torch.from_numpy(index).to(dtype).unsqueeze(-1)
+    inputs = index.to(dtype).unsqueeze(-1)
+    for kernel in graph_kernels:
+        kernel.trust_node_inputs(inputs, index)
+    return inputs
 
 
 class GraphGP(gpytorch.models.ExactGP):
@@ -119,10 +121,14 @@ class GraphGP(gpytorch.models.ExactGP):
     The GP inputs are the node indices as an ``(n, 1)`` floating tensor (float64 when
     the graph has more than :math:`2^{24}` nodes, so indices stay exact), which every
     gpytorch mean and likelihood accepts; the graph kernels read them back as indices.
+    The inputs and targets are put on the graph kernels' device: move the covariance and
+    likelihood there before building the model, or the model after (``model.to(device)``);
+    test inputs follow the training inputs' device.
 
     The default mean is :class:`gpytorch.means.ZeroMean`: the paper's GRF-GPs learn only
     :math:`\kappa`, the graph-kernel hyperparameters and :math:`\sigma_n`
-    (app:grf_gp_details), so standardise the targets, or pass
+    (Appendix F.2 "Scalable GPs on graphs", paragraph "Training GRF-GPs: technical details"
+    [app:grf_gp_details]), so standardise the targets, or pass
     ``mean_module=gpytorch.means.ConstantMean()`` to learn an offset.
 
     :param train_nodes: Observed node indices, shape ``(n,)`` (or ``(n, 1)``).
@@ -144,8 +150,9 @@ class GraphGP(gpytorch.models.ExactGP):
         if len(sizes) > 1:
             raise ValueError(f"covar_module contains graph kernels on graphs of different sizes {sorted(sizes)}")
         num_nodes = sizes.pop() if sizes else None
-        inputs = _node_inputs(train_nodes, "train_nodes", num_nodes, graph_kernels)
-        targets = self._targets(train_targets, inputs.shape[0], _module_dtype(covar_module))
+        inputs = _node_inputs(train_nodes, "train_nodes", num_nodes, graph_kernels,
+                              graph_kernels[0].device if graph_kernels else module_device(covar_module))
+        targets = self._targets(train_targets, inputs.shape[0], _module_dtype(covar_module)).to(inputs.device)
         super().__init__(inputs, targets, likelihood)
         self._num_nodes = num_nodes
         self.mean_module = ZeroMean() if mean_module is None else mean_module
@@ -157,8 +164,9 @@ class GraphGP(gpytorch.models.ExactGP):
         return self._num_nodes
 
     def node_inputs(self, nodes: Any, name: str = "nodes") -> Tensor:
-        """Validated GP inputs ``(n, 1)`` for node indices (e.g. test nodes)."""
-        return _node_inputs(nodes, name, self._num_nodes, _graph_kernels(self.covar_module))
+        """Validated GP inputs ``(n, 1)`` for node indices (e.g. test nodes), on the training inputs' device."""
+        return _node_inputs(nodes, name, self._num_nodes, _graph_kernels(self.covar_module),
+                            self.train_inputs[0].device)
 
     @staticmethod
     def _targets(targets: Any, num_train: int, dtype: torch.dtype) -> Tensor:
@@ -233,7 +241,8 @@ def check_training(history: list[float], lr: float) -> None:
 
 def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations: int, lr: float = 0.01,
            callback: Callable[[int, float], bool | None] | None = None, seed: SeedLike = None) -> list[float]:
-    r"""Maximise the exact marginal log-likelihood with Adam (app:grf_gp_details).
+    r"""Maximise the exact marginal log-likelihood with Adam (Appendix F.2 "Scalable GPs on graphs",
+    paragraph "Training GRF-GPs: technical details" [app:grf_gp_details]).
 
     Every iteration evaluates :math:`-\log p(\mathbf y \mid \theta) / n` on the training
     data and takes one Adam step on all parameters of ``model`` (which include the
@@ -338,7 +347,8 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
     if isinstance(model, GraphGP):
         inputs = model.node_inputs(nodes)
     else:
-        inputs = torch.from_numpy(node_index_array(nodes, "nodes")).to(model.train_inputs[0].dtype).unsqueeze(-1)
+        train = model.train_inputs[0]
+        inputs = node_index_tensor(nodes, "nodes", device=train.device).to(train.dtype).unsqueeze(-1)
     was_training = model.training
     model.eval()
     try:

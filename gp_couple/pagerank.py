@@ -1,8 +1,10 @@
-r"""PageRank estimation with coupled random walks (paper, app:pagerank).
+r"""PageRank estimation with coupled random walks (paper, Appendix E "Estimating PageRank"
+[app:pagerank]).
 
 The PageRank vector of the chain :math:`\widetilde{\mathbf P} = (1 - p)\mathbf P + \frac{p}{N}\mathbf E`
-(eq:def_p_tilde, with :math:`\mathbf P` the walkers' transition matrix: the simple random
-walk of eq:srw_transition for the uniform neighbour proposal, :math:`D^{-1}W` for the
+(eq. (75), the PageRank transition matrix, Appendix E.1 [eq:def_p_tilde], with :math:`\mathbf P` the
+walkers' transition matrix: the simple random walk of eq. (76), the random walk's transitions,
+Appendix E.1 [eq:srw_transition] for the uniform neighbour proposal, :math:`D^{-1}W` for the
 weighted one, which is the default and the same walk on unweighted graphs) is
 
 .. math::
@@ -12,7 +14,7 @@ weighted one, which is the default and the same walk on unweighted graphs) is
 the expected fraction of geometric-length walkers, one batch from every node, that end
 at node :math:`i`. The estimator of Fogaras et al. counts where :math:`m` walkers per
 node end; coupling their lengths (antithetic termination, or a :math:`\sigma`-coupling
-fitted with :func:`~gp_couple.couplings.sigma_fit.fit_pagerank_sigma_coupling`) reduces
+fitted with :func:`~gp_couple.features.sigma_fit.fit_pagerank_sigma_coupling`) reduces
 its variance without bias, and so do repelling directions (walkers that share a node
 spread over its neighbours, :mod:`gp_couple.couplings.directions`).
 """
@@ -23,10 +25,11 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve
 
+from ._checks import check_p_halt
 from ._random import SeedLike
 from .couplings.directions import DirectionCoupling
 from .couplings.proposals import NeighbourProposal, get_proposal
-from .couplings.walk_lengths import IIDWalkLengthCoupling, WalkLengthCoupling, check_p_halt
+from .couplings.walk_lengths import IIDWalkLengthCoupling, WalkLengthCoupling
 from .features.walks import sample_walk_endpoints
 from .graphs import Graph
 
@@ -50,7 +53,8 @@ def exact_pagerank(graph: Graph, p_halt: float,
     :param graph: Graph without isolated nodes.
     :param p_halt: Termination (teleport) probability.
     :param proposal: The walk :math:`\mathbf P`: ``"weighted"`` (default, :math:`D^{-1}W`)
-        or ``"uniform"`` (edge weights ignored, as in eq:srw_transition).
+        or ``"uniform"`` (edge weights ignored, as in eq. (76), the random walk's transitions,
+        Appendix E.1 [eq:srw_transition]).
     """
     graph = _check_graph(graph)
     p = check_p_halt(p_halt)

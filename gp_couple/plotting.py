@@ -5,14 +5,16 @@ dictionaries that ``gp-couple COMMAND --json`` prints), writes one PNG of a fixe
 size (``figsize * dpi``) and returns its path:
 
 * :func:`plot_mesh_posterior`: a mesh coloured by the truth, the posterior mean and the
-  posterior standard deviation, held-out faces outlined (sec:graph_gp_experiments);
+  posterior standard deviation, held-out faces outlined (Section 4.2 "Experiments with σ-coupled
+  GRFs" [sec:graph_gp_experiments]);
 * :func:`plot_traffic_map`: the San Jose road graph at its node coordinates, coloured by
-  observed speed, predicted speed and predictive standard deviation (sec:traffic_expt);
+  observed speed, predicted speed and predictive standard deviation (Appendix F.3 "Probabilistic
+  traffic interpolation" [sec:traffic_expt]);
 * :func:`plot_gram_error_vs_p_halt`: Gram-matrix error against :math:`p_\mathrm{halt}` for
   each coupling with the fitted :math:`\sigma` permutations as insets (the paper's figure
-  on permuton couplings for GRFs, fig:permuton_grf);
+  on permuton couplings for GRFs, Figure 3, Section 4.2 [fig:permuton_grf]);
 * :func:`plot_metric_curves`: any metric against a swept setting for each coupling, e.g.
-  RMSE / NLPD / KL against the number of walkers (fig:graph_gps_results_2);
+  RMSE / NLPD / KL against the number of walkers (Figure 4, Section 4.2 [fig:graph_gps_results_2]);
 * :func:`plot_metric_bars`: metrics per coupling as bars (the UCI kernel-estimation tables);
 * :func:`plot_training_curves`: loss against optimisation step.
 
@@ -330,8 +332,9 @@ def plot_gram_error_vs_p_halt(rows: Sequence[Mapping[str, Any]], path: PathLike,
 
     Each inset shows a fitted permutation :math:`\sigma` of the length quantile bins as
     the points :math:`(q, \sigma(q))`: the diagonal is the identity (i.i.d.-like
-    matching), the anti-diagonal antithetic-like; the paper's fig:permuton_grf. The
-    PageRank experiment draws its error against :math:`p_\mathrm{halt}` the same way.
+    matching), the anti-diagonal antithetic-like; the paper's Figure 3, Section 4.2
+    [fig:permuton_grf]. The PageRank experiment draws its error against :math:`p_\mathrm{halt}` the
+    same way.
 
     :param rows: ``report["results"]`` of ``gp-couple grf-gram --json``.
     :param path: Output ``.png`` file.

@@ -26,12 +26,15 @@ import gpytorch
 import numpy as np
 import torch
 
+from ._checks import is_int
+from ._deprecation import renamed_keywords
 from ._random import SeedLike, draw_seed
-from .couplings.sigma_fit import fit_sigma_coupling
+from .devices import resolve_device
+from .features.sigma_fit import fit_sigma_coupling
 from .graphs import Graph
 from .kernels.grf import GRFKernel
 from .models import GraphGP, fit_gp, node_index_array
-from .modulation import Diffusion, GraphKernelSeries
+from .kernel_families import Diffusion, KernelFamily
 from .settings import grf_gp_settings
 
 __all__ = ["RECOMMENDED_P_HALT", "RECOMMENDED_TRAIN_WALKERS", "RECOMMENDED_PREDICT_WALKERS", "fit_grf_gp"]
@@ -46,11 +49,13 @@ RECOMMENDED_PREDICT_WALKERS = 1024
 SIGMA_ORDER = 50
 
 
+@renamed_keywords(graph_kernel="kernel_family")
 def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
-               iterations: int = 300, lr: float = 0.05, graph_kernel: GraphKernelSeries | None = None,
+               iterations: int = 300, lr: float = 0.05, kernel_family: KernelFamily | None = None,
                train_walkers: int = RECOMMENDED_TRAIN_WALKERS,
                predict_walkers: int = RECOMMENDED_PREDICT_WALKERS, p_halt: float = RECOMMENDED_P_HALT,
-               sigma_fit_samples: int = 100, seed: SeedLike = 0) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood]:
+               sigma_fit_samples: int = 100, seed: SeedLike = 0,
+               device: torch.device | str | None = None) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood]:
     r"""Train a GRF-GP with the recommended configuration and make it ready to predict.
 
     :param graph: The graph.
@@ -60,33 +65,37 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
         training and these nodes).
     :param iterations: Adam steps on the exact marginal likelihood.
     :param lr: Adam learning rate.
-    :param graph_kernel: Kernel family and initial hyperparameters (default
-        :class:`~gp_couple.modulation.Diffusion` with :math:`\gamma = 1`).
+    :param kernel_family: Kernel family and initial hyperparameters (default
+        :class:`~gp_couple.kernel_families.Diffusion` with :math:`\gamma = 1`).
     :param train_walkers: Walkers per node while training (even: antithetic pairs).
     :param predict_walkers: Walkers per node redrawn for prediction (even).
     :param p_halt: Termination probability.
     :param sigma_fit_samples: Walks per node and bin when fitting the sigma-coupling.
     :param seed: Seed of the walks, the CG probes and the sigma fit.
+    :param device: Torch device of the model (default the CPU; walks are sampled on the CPU
+        and moved there once).
     :return: ``(model, likelihood)``; predict with :func:`gp_couple.models.predict`
         inside :func:`gp_couple.settings.grf_gp_settings`.
     :raises ValueError: If a walker count is odd or an argument is out of range.
     """
     for name, value in (("train_walkers", train_walkers), ("predict_walkers", predict_walkers)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2 or value % 2:
+        if not is_int(value) or value < 2 or value % 2:
             raise ValueError(f"{name} must be an even int >= 2 (antithetic and sigma-coupled pairs), got {value!r}")
     base_seed = draw_seed(seed)
     train = node_index_array(train_nodes, "train_nodes", graph.num_nodes)
     rows = np.union1d(train, node_index_array(predict_nodes, "predict_nodes", graph.num_nodes))
     base = GRFKernel(graph, num_walkers=int(train_walkers), p_halt=p_halt, coupling="antithetic",
-                     directions="repelling", graph_kernel=Diffusion(1.0) if graph_kernel is None else graph_kernel,
+                     directions="repelling", kernel_family=Diffusion(1.0) if kernel_family is None else kernel_family,
                      nodes=rows, seed=base_seed)
-    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    device = resolve_device(device)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood().to(device)
     targets = torch.as_tensor(np.asarray(train_targets), dtype=torch.get_default_dtype())
-    model = GraphGP(train, targets, likelihood, gpytorch.kernels.ScaleKernel(base))
+    model = GraphGP(train, targets, likelihood, gpytorch.kernels.ScaleKernel(base).to(device))
     with grf_gp_settings():
         fit_gp(model, likelihood, iterations=iterations, lr=lr, seed=base_seed)
     with torch.no_grad():
-        sigma = fit_sigma_coupling(deepcopy(base.graph_kernel), base.p_halt, SIGMA_ORDER,
+        # The sigma fit samples walks and weighs them on the CPU.
+        sigma = fit_sigma_coupling(deepcopy(base.kernel_family).cpu(), base.p_halt, SIGMA_ORDER,
                                    samples_per_bin=sigma_fit_samples, seed=base_seed)
     base.resample(base_seed + 1, num_walkers=int(predict_walkers), coupling=sigma)
     return model, likelihood

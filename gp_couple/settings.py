@@ -22,15 +22,21 @@ defaults are given for comparison):
   gradients on the CG path; each probe costs only two sparse products.
 * ``cg_tolerance=0.01`` (gpytorch: 1) and ``eval_cg_tolerance=0.001`` (gpytorch:
   0.01): accurate quadratic forms and predictive means, which the test RMSE and the
-  KL divergence to the exact posterior (app:grf_gp_details) depend on; CG
-  iterations are cheap sparse products.
+  KL divergence to the exact posterior (Appendix F.2 "Scalable GPs on graphs", paragraph "Training
+  GRF-GPs: technical details" [app:grf_gp_details]) depend on; CG iterations are cheap sparse
+  products.
 * ``max_cg_iterations=2000`` (gpytorch: 1000): GRF Gram matrices with small learnt
   noise can be poorly conditioned.
 * ``max_root_decomposition_size=300`` (gpytorch: 100): a more accurate Lanczos
   cache for ``fast_pred_var`` variances.
 * The pivoted-Cholesky preconditioner keeps gpytorch's sizes (rank 15 from 2000
-  points): it reads exact rows of the GRF operator, but they are rebuilt every
-  iteration because the features change with the hyperparameters.
+  points): it reads exact rows of the GRF operator. The features change with the
+  hyperparameters, so it is rebuilt every iteration, but
+  ``preconditioner_pivot_tolerance=0.05`` keeps its pivots while the normalised Gram
+  diagonal moved by at most 0.05 (:mod:`gp_couple.operators.preconditioner`): the
+  factor is then one block product instead of 15 pivot searches. Over 30 Adam steps
+  on a 100 x 100 grid the pivots were searched 13 times instead of 30 and every loss
+  and hyperparameter agreed to 4 digits (``benchmarks/RESULTS.md``, products section).
 
 Thread pools
 ------------
@@ -56,8 +62,35 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Iterator
 
 import gpytorch
+from linear_operator.settings import _value_context
 
-__all__ = ["GRFGPSettings", "available_cpus", "grf_gp_settings", "threads"]
+__all__ = ["GRFGPSettings", "available_cpus", "grf_gp_settings", "preconditioner_pivot_reuse", "threads"]
+
+
+class preconditioner_pivot_reuse(_value_context):
+    """Reuse pivoted-Cholesky pivots across steps while the normalised Gram diagonal moved at most ``tolerance``.
+
+    Off (``None``) by default; :func:`grf_gp_settings` turns it on. Read by
+    :mod:`gp_couple.operators.preconditioner`.
+    Use as ``with preconditioner_pivot_reuse(0.05): ...``.
+
+    :param tolerance: Largest change of :math:`\\mathrm{diag}(\\widehat{\\mathbf K}) /
+        \\max \\mathrm{diag}(\\widehat{\\mathbf K})` (any entry) before the pivots are
+        chosen again; ``None`` chooses them every time.
+    :raises TypeError: If ``tolerance`` is not a number or ``None``.
+    :raises ValueError: If ``tolerance`` is negative or not finite.
+    """
+
+    _global_value: float | None = None
+
+    def __init__(self, tolerance: float | None) -> None:
+        if tolerance is not None:
+            if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)):
+                raise TypeError(f"tolerance must be a float or None, got {type(tolerance).__name__}")
+            if not (0 <= tolerance < float("inf")):
+                raise ValueError(f"tolerance must be non-negative and finite, got {tolerance}")
+            tolerance = float(tolerance)
+        super().__init__(tolerance)
 
 
 @dataclass(frozen=True)
@@ -74,6 +107,9 @@ class GRFGPSettings:
     :ivar num_trace_samples: Probe vectors of the stochastic log-determinant gradient.
     :ivar max_lanczos_quadrature_iterations: Lanczos steps of the log-determinant quadrature.
     :ivar max_root_decomposition_size: Lanczos rank of the ``fast_pred_var`` caches.
+    :ivar preconditioner_pivot_tolerance: Largest change of the normalised GRF Gram
+        diagonal for which the preconditioner's pivots are reused across steps
+        (:class:`preconditioner_pivot_reuse`).
     """
 
     max_cholesky_size: int = 500
@@ -85,6 +121,7 @@ class GRFGPSettings:
     num_trace_samples: int = 32
     max_lanczos_quadrature_iterations: int = 20
     max_root_decomposition_size: int = 300
+    preconditioner_pivot_tolerance: float = 0.05
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -121,6 +158,7 @@ class GRFGPSettings:
             gpytorch.settings.num_trace_samples(self.num_trace_samples),
             gpytorch.settings.max_lanczos_quadrature_iterations(self.max_lanczos_quadrature_iterations),
             gpytorch.settings.max_root_decomposition_size(self.max_root_decomposition_size),
+            preconditioner_pivot_reuse(self.preconditioner_pivot_tolerance),
         )
         with contextlib.ExitStack() as stack:
             for manager in managers:

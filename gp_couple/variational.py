@@ -55,6 +55,7 @@ from gpytorch.means import Mean, ZeroMean
 from gpytorch.variational import CholeskyVariationalDistribution, VariationalStrategy, _VariationalDistribution
 from torch import Tensor
 
+from ._checks import is_int
 from ._random import SeedLike, as_numpy_generator, seeded_torch_rng
 from .graphs import Graph
 from .models import (
@@ -99,7 +100,7 @@ def select_inducing_nodes(graph: Graph, num_inducing: int, *, method: InducingMe
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a gp_couple.Graph, got {type(graph).__name__}")
-    if isinstance(num_inducing, bool) or not isinstance(num_inducing, (int, np.integer)):
+    if not is_int(num_inducing):
         raise TypeError(f"num_inducing must be an int, got {type(num_inducing).__name__}")
     if method not in INDUCING_METHODS:
         raise ValueError(f"method must be one of {INDUCING_METHODS}, got {method!r}")

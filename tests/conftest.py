@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _DEFAULT_DATA = REPO_ROOT.parent / "shared" / "datasets"
@@ -24,3 +25,10 @@ def data_dir() -> Path:
     if path is None:
         pytest.skip(f"dataset directory not found (set GP_COUPLE_DATA or provide {_DEFAULT_DATA})")
     return path
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="CUDA not available"))])
+def device(request: pytest.FixtureRequest) -> torch.device:
+    """Every available device: the CPU always, CUDA where present (skipped with a reason otherwise)."""
+    return torch.device(request.param)

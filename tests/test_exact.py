@@ -10,7 +10,7 @@ import torch
 from gp_couple import exact
 from gp_couple.exact import exact_kernel_columns, exact_kernel_matrix
 from gp_couple.graphs import grid_graph
-from gp_couple.modulation import (
+from gp_couple.kernel_families import (
     Diffusion,
     InverseCosine,
     PowerSeries,
@@ -39,12 +39,12 @@ def test_dense_references_match_matrix_functions() -> None:
                                sla.cosm(np.pi / 4 * laplacian), atol=1e-12)
 
 
-@pytest.mark.parametrize("series", SERIES, ids=lambda s: type(s).__name__)
-def test_columns_match_dense(series) -> None:
+@pytest.mark.parametrize("family", SERIES, ids=lambda s: type(s).__name__)
+def test_columns_match_dense(family) -> None:
     graph = grid_graph(6, 5)
-    dense = exact_kernel_matrix(series, graph).detach().numpy()
+    dense = exact_kernel_matrix(family, graph).detach().numpy()
     columns = np.array([0, 7, 29])
-    np.testing.assert_allclose(exact_kernel_columns(series, graph, columns), dense[:, columns],
+    np.testing.assert_allclose(exact_kernel_columns(family, graph, columns), dense[:, columns],
                                atol=1e-6, rtol=1e-6)
 
 
@@ -58,18 +58,18 @@ def test_structure_of_disconnected_graphs() -> None:
 
 def test_dense_reference_is_differentiable_and_batched() -> None:
     graph = grid_graph(3, 3)
-    series = Diffusion(batch_shape=torch.Size([2])).double()
-    kernel = exact_kernel_matrix(series, graph)
+    family = Diffusion(batch_shape=torch.Size([2])).double()
+    kernel = exact_kernel_matrix(family, graph)
     assert kernel.shape == (2, 9, 9)
     kernel.sum().backward()
-    assert series.raw_gamma.grad is not None and torch.all(series.raw_gamma.grad != 0)
+    assert family.raw_gamma.grad is not None and torch.all(family.raw_gamma.grad != 0)
 
 
 def test_errors(monkeypatch) -> None:
     graph = grid_graph(3, 3)
     with pytest.raises(TypeError, match="Graph"):
         exact_kernel_matrix(Diffusion(), np.eye(3))
-    with pytest.raises(TypeError, match="GraphKernelSeries"):
+    with pytest.raises(TypeError, match="KernelFamily"):
         exact_kernel_matrix("diffusion", graph)
     with pytest.raises(ValueError, match=r"\[0, 9\)"):
         exact_kernel_columns(Diffusion(), graph, np.array([9]))

@@ -10,7 +10,7 @@ import torch
 from scipy.special import i0e
 
 from gp_couple.halting import DEFAULT_MAX_INFLATION, halting_inflation, suggest_p_halt
-from gp_couple.modulation import Diffusion, PowerSeries, PStepRandomWalk, RegularisedLaplacian
+from gp_couple.kernel_families import Diffusion, PowerSeries, PStepRandomWalk, RegularisedLaplacian
 
 
 def bessel_inflation(gamma: float, p_halt: float) -> float:
@@ -70,7 +70,7 @@ def test_float32_kernels_give_the_float64_answer() -> None:
 
 def test_bad_arguments() -> None:
     kernel = Diffusion(2.0)
-    with pytest.raises(TypeError, match="graph_kernel"):
+    with pytest.raises(TypeError, match="kernel_family"):
         suggest_p_halt("diffusion")
     with pytest.raises(ValueError, match="p_halt"):
         halting_inflation(kernel, 1.0)

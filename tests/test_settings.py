@@ -6,6 +6,7 @@ import gpytorch
 import torch
 import pytest
 
+from gp_couple.settings import preconditioner_pivot_reuse
 from gp_couple.settings import GRFGPSettings, grf_gp_settings
 
 SETTINGS = {
@@ -18,6 +19,7 @@ SETTINGS = {
     "num_trace_samples": gpytorch.settings.num_trace_samples,
     "max_lanczos_quadrature_iterations": gpytorch.settings.max_lanczos_quadrature_iterations,
     "max_root_decomposition_size": gpytorch.settings.max_root_decomposition_size,
+    "preconditioner_pivot_tolerance": preconditioner_pivot_reuse,
 }
 
 

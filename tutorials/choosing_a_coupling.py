@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from gp_couple import Diffusion, Graph
-from gp_couple.couplings.sigma_fit import fit_sigma_coupling
+from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.evaluation import relative_frobenius_error
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.features.grf import GraphRandomFeatures

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, fit_gp, grf_gp_settings, predict
-from gp_couple.couplings.sigma_fit import fit_sigma_coupling
+from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.datasets import default_mesh, load_mesh, split_test_nodes
 from gp_couple.evaluation import nlpd, rmse
 from gp_couple.plotting import plot_mesh_posterior, plot_metric_curves, plot_training_curves
@@ -61,7 +61,7 @@ def make_model(base_kernel: gpytorch.kernels.Kernel) -> GraphGP:
                    gpytorch.kernels.ScaleKernel(base_kernel))
 
 
-model = make_model(GRFKernel(graph, num_walkers=8, p_halt=0.4, graph_kernel=Diffusion(1.0),
+model = make_model(GRFKernel(graph, num_walkers=8, p_halt=0.4, kernel_family=Diffusion(1.0),
                              nodes=all_faces, seed=0))
 # grf_gp_settings() applies the recommended gpytorch settings (CG on the sparse operator
 # for large problems) and restores yours on exit; seed= makes the CG probes reproducible.
@@ -69,7 +69,7 @@ with grf_gp_settings():
     losses = fit_gp(model, model.likelihood, iterations=iterations, lr=0.05, seed=0)
     mean, variance = predict(model, model.likelihood, test)
 kernel = model.covar_module
-print(f"trained: loss {losses[0]:.3f} -> {losses[-1]:.3f}, gamma={kernel.base_kernel.graph_kernel.gamma.item():.3f}, "
+print(f"trained: loss {losses[0]:.3f} -> {losses[-1]:.3f}, gamma={kernel.base_kernel.kernel_family.gamma.item():.3f}, "
       f"outputscale={kernel.outputscale.item():.3f}, noise={model.likelihood.noise.item():.4f}")
 print(f"GRF-GP (8 iid walkers): RMSE {rmse(mean, targets[test]):.4f}, NLPD {nlpd(mean, variance, targets[test]):.3f}")
 print(f"wrote {plot_training_curves({'GRF-GP, 8 i.i.d. walkers': losses}, args.output / 'training.png', ylabel='negative log marginal likelihood per point')}")
@@ -97,7 +97,7 @@ print(f"exact GP:               RMSE {rmse(exact_mean, targets[test]):.4f}, "
 # %% 4. Coupled walkers: same hyperparameters, fresh walks, coupled lengths
 # resample() draws new walks in place. The sigma-coupling is fitted for the trained
 # kernel (order 50, as in the paper's GP experiments).
-sigma = fit_sigma_coupling(kernel.base_kernel.graph_kernel, p_halt=0.4, order=50,
+sigma = fit_sigma_coupling(kernel.base_kernel.kernel_family, p_halt=0.4, order=50,
                            samples_per_bin=20 if args.quick else 100, seed=0)
 rows = []
 for walkers in (8, 32):
@@ -117,7 +117,7 @@ print(f"wrote {figure}")
 
 # %% 5. Saving and reloading: the walks are buffers, so predictions are identical
 state = model.state_dict()
-fresh = make_model(GRFKernel(graph, num_walkers=8, p_halt=0.4, graph_kernel=Diffusion(), nodes=all_faces))
+fresh = make_model(GRFKernel(graph, num_walkers=8, p_halt=0.4, kernel_family=Diffusion(), nodes=all_faces))
 fresh.load_state_dict(state)
 with grf_gp_settings():
     assert torch.equal(predict(fresh, fresh.likelihood, test, seed=0)[0], predict(model, model.likelihood, test, seed=0)[0])

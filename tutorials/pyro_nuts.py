@@ -52,7 +52,7 @@ likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_prior=GammaPrior(1.1,
                                                      noise_constraint=Positive())
 kernel = gpytorch.kernels.ScaleKernel(
     GRFKernel(graph, num_walkers=32, p_halt=0.4, coupling="antithetic", seed=0,
-              graph_kernel=Diffusion(1.0, gamma_prior=GammaPrior(3.0, 2.0))),
+              kernel_family=Diffusion(1.0, gamma_prior=GammaPrior(3.0, 2.0))),
     outputscale_prior=GammaPrior(2.0, 2.0))
 model = GraphGP(train, y, likelihood, kernel).double()
 
@@ -75,7 +75,7 @@ diagnostics = result.diagnostics
 for site in diagnostics.sites:
     print(f"{site.name}: {site.mean[0]:.3f} ± {site.std[0]:.3f} (split R-hat {site.r_hat[0]:.3f}, "
           f"ESS {site.ess[0]:.0f})")
-gamma = result.samples["covar_module.base_kernel.graph_kernel.gamma_prior"].reshape(-1)
+gamma = result.samples["covar_module.base_kernel.kernel_family.gamma_prior"].reshape(-1)
 print(f"posterior gamma: {gamma.mean():.3f} ± {gamma.std():.3f} ({gamma.numel()} draws, "
       f"{sum(diagnostics.divergences)} divergences, {diagnostics.total_wall_time:.1f} s)")
 

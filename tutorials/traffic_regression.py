@@ -70,10 +70,10 @@ def make_model(base_kernel: gpytorch.kernels.Kernel) -> GraphGP:
 
 
 model = make_model(GRFKernel(graph, num_walkers=walkers, p_halt=0.1, coupling="antithetic",
-                             graph_kernel=Diffusion(2.0), nodes=None, seed=0))
+                             kernel_family=Diffusion(2.0), nodes=None, seed=0))
 with grf_gp_settings():
     losses = fit_gp(model, model.likelihood, iterations=iterations, lr=0.05, seed=0)
-gamma = model.covar_module.base_kernel.graph_kernel.gamma.item()
+gamma = model.covar_module.base_kernel.kernel_family.gamma.item()
 print(f"trained: loss {losses[0]:.3f} -> {losses[-1]:.3f}, gamma {gamma:.2f}, "
       f"noise {model.likelihood.noise.item():.3f} (standardised units)")
 print(f"wrote {plot_training_curves({f'GRF-GP, {walkers} walkers': losses}, args.output / 'training.png', ylabel='negative log marginal likelihood per point')}")

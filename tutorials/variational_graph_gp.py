@@ -88,14 +88,14 @@ results = {}
 for kind, kernel in [
     # Diffusion with gamma ~ 2-5 weights walks of ~gamma^2/2 steps: p_halt = 0.1 (mean
     # length 9) keeps the importance weights, and the estimator's variance, moderate.
-    ("GRF", GRFKernel(graph, num_walkers=32, p_halt=0.1, graph_kernel=Diffusion(2.0), nodes=needed, seed=0)),
+    ("GRF", GRFKernel(graph, num_walkers=32, p_halt=0.1, kernel_family=Diffusion(2.0), nodes=needed, seed=0)),
     ("exact", ExactGraphKernel(graph, Diffusion(2.0))),
 ]:
     probabilities, losses = fit(kernel)
     accuracy = float(np.mean((probabilities > 0.5) == (labels[test] > 0.5)))
     results[kind] = probabilities
     print(f"{kind:>5} kernel: -ELBO/n {losses[0]:.3f} -> {losses[-1]:.3f}, gamma "
-          f"{kernel.graph_kernel.gamma.item():.3f}, test accuracy {accuracy:.3f}, "
+          f"{kernel.kernel_family.gamma.item():.3f}, test accuracy {accuracy:.3f}, "
           f"log loss {log_loss(probabilities):.3f}")
     results[f"{kind} accuracy"] = accuracy
 

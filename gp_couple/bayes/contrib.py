@@ -94,7 +94,7 @@ class GPyTorchKernel(gp.kernels.Kernel):
     :param active_dims: Input columns to use (Pyro's convention; default all).
     :param names: Pyro attribute names for gpytorch hyperparameters, keyed by their
         dotted gpytorch name without ``raw_`` (e.g. ``{"outputscale": "variance"}``).
-        Unnamed ones use their last name component (``"base_kernel.graph_kernel.gamma"``
+        Unnamed ones use their last name component (``"base_kernel.kernel_family.gamma"``
         gives ``gamma``), or the whole dotted name with ``_`` if that is ambiguous.
     :raises TypeError: If ``kernel`` is not a gpytorch kernel.
     :raises ValueError: If ``names`` maps to unknown or clashing names.
@@ -174,14 +174,14 @@ class PyroGRFKernel(GPyTorchKernel):
     r"""The GRF kernel :math:`\sigma^2\,\phi(v_i)^\top\phi(v_j)` for :mod:`pyro.contrib.gp` (inputs: node indices).
 
     Builds ``ScaleKernel(GRFKernel(graph, ...))``: same walks for the same seed.
-    Hyperparameters: ``variance`` and those of the graph kernel (``gamma`` for the
-    default :class:`~gp_couple.modulation.Diffusion`).
+    Hyperparameters: ``variance`` and those of the kernel family (``gamma`` for the
+    default :class:`~gp_couple.kernel_families.Diffusion`).
 
     :param graph: The graph.
     :param variance: Initial amplitude :math:`\sigma^2`.
     :param active_dims: The input column holding the node index (default ``[0]``).
     :param kwargs: Passed to :class:`~gp_couple.kernels.GRFKernel` (``num_walkers``,
-        ``p_halt``, ``coupling``, ``graph_kernel``, ``seed``, ``nodes``, ...).
+        ``p_halt``, ``coupling``, ``kernel_family``, ``seed``, ``nodes``, ...).
     """
 
     discrete_inputs = True

@@ -6,7 +6,7 @@ The workflow for any :class:`gpytorch.models.ExactGP` built with gp_couple kerne
 and sums/products of them with gpytorch kernels)::
 
     likelihood = GaussianLikelihood(noise_prior=GammaPrior(1.1, 20.0), noise_constraint=Positive())
-    kernel = ScaleKernel(GRFKernel(graph, graph_kernel=Diffusion(gamma_prior=GammaPrior(3.0, 2.0))),
+    kernel = ScaleKernel(GRFKernel(graph, kernel_family=Diffusion(gamma_prior=GammaPrior(3.0, 2.0))),
                          outputscale_prior=GammaPrior(2.0, 2.0))
     model = GraphGP(train_nodes, y, likelihood, kernel)
     result = run_nuts(model, num_samples=200, warmup_steps=200, seed=0)
@@ -43,6 +43,7 @@ from pyro.infer.autoguide.initialization import init_to_median, init_to_sample, 
 from pyro.infer.mcmc import MCMC, NUTS
 from torch import Tensor
 
+from .._checks import check_int
 from .._random import SeedLike, as_numpy_generator, draw_seed, seeded_torch_rng
 from .diagnostics import MCMCDiagnostics, summarize_site
 from .potential import MAX_NUTS_TRAIN_SIZE, HyperparameterModel, exact_potential_settings
@@ -75,14 +76,6 @@ class NUTSResult:
     def num_draws(self) -> int:
         """Total number of kept draws (the batch size after :func:`load_samples`)."""
         return self.diagnostics.num_chains * self.diagnostics.num_samples
-
-
-def _check_count(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def _init_strategy(init: str, pyro_model: HyperparameterModel) -> Any:
@@ -123,11 +116,11 @@ def run_nuts(model: ExactGP, *, num_samples: int, warmup_steps: int, num_chains:
         prior, a prior's support does not fit its constraint, or the training set is
         above ``max_train_size``.
     """
-    num_samples = _check_count("num_samples", num_samples, 1)
-    warmup_steps = _check_count("warmup_steps", warmup_steps, 0)
-    num_chains = _check_count("num_chains", num_chains, 1)
-    max_tree_depth = _check_count("max_tree_depth", max_tree_depth, 1)
-    max_train_size = _check_count("max_train_size", max_train_size, 1)
+    num_samples = check_int("num_samples", num_samples, 1)
+    warmup_steps = check_int("warmup_steps", warmup_steps, 0)
+    num_chains = check_int("num_chains", num_chains, 1)
+    max_tree_depth = check_int("max_tree_depth", max_tree_depth, 1)
+    max_train_size = check_int("max_train_size", max_train_size, 1)
     if init not in INIT_STRATEGIES:
         raise ValueError(f"init must be one of {INIT_STRATEGIES}, got {init!r}")
     if isinstance(target_accept_prob, bool) or not isinstance(target_accept_prob, (int, float)) \
@@ -189,6 +182,10 @@ def load_samples(model: ExactGP, samples: NUTSResult | Mapping[str, Tensor]) -> 
     draws = dict(samples.samples if isinstance(samples, NUTSResult) else samples)
     sites = prior_sites(model)
     expected = {site.name: site.shape for site in sites}
+    # Draws saved before the kernels' ``graph_kernel`` submodule became ``kernel_family``
+    # carry the old site names; they are the same hyperparameters.
+    draws = {name if name in expected else name.replace(".graph_kernel.", ".kernel_family."): value
+             for name, value in draws.items()}
     if set(draws) != set(expected):
         raise ValueError(f"samples have sites {sorted(draws)} but the model's priors are {sorted(expected)}")
     sizes = {int(value.shape[0]) for value in draws.values()}

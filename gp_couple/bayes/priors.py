@@ -30,7 +30,7 @@ prior (support)                                 constraint that matches
 A prior is matched to its constraint by gpytorch's naming convention: a prior
 ``<name>_prior`` on a module acts on the parameter ``raw_<name>`` constrained by
 ``raw_<name>_constraint`` (every gpytorch kernel, likelihood and the
-:mod:`gp_couple.modulation` families follow it). Priors on derived quantities (a
+:mod:`gp_couple.kernel_families` follow it). Priors on derived quantities (a
 closure such as ``lambda m: m.noise.sqrt()``) have no such constraint and are not
 checked.
 """

@@ -1,4 +1,5 @@
-r"""Walk-length couplings for graph random features (paper, sec:grfs).
+r"""Walk-length couplings for graph random features (paper, Section 4 "Graph random features"
+[sec:grfs]).
 
 A walk-length coupling draws the lengths of the ``m`` walkers that leave each start
 node. Whatever the joint distribution, each walker's length must stay geometric,
@@ -53,6 +54,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._checks import check_int, check_p_halt
 from .._counter_random import geometric_lengths
 from .._deprecation import deprecated_aliases
 from .._random import SeedLike, as_numpy_generator, draw_seed
@@ -72,16 +74,6 @@ __all__ = [
 ]
 
 
-def check_p_halt(p_halt: float) -> float:
-    """Validate a termination probability, returning it as a float in ``(0, 1)``."""
-    if isinstance(p_halt, bool) or not isinstance(p_halt, (int, float, np.floating, np.integer)):
-        raise TypeError(f"p_halt must be a float, got {type(p_halt).__name__}")
-    value = float(p_halt)
-    if not (0.0 < value < 1.0) or math.isnan(value):
-        raise ValueError(f"p_halt must lie strictly between 0 and 1, got {p_halt}")
-    return value
-
-
 def geometric_quantile(u: np.ndarray | float, p_halt: float) -> np.ndarray:
     r"""Inverse CDF of the walk length, :math:`F^{-1}(u) = \inf\{k : F(k) \ge u\}`.
 
@@ -93,20 +85,16 @@ def geometric_quantile(u: np.ndarray | float, p_halt: float) -> np.ndarray:
     :param p_halt: Termination probability.
     :return: Integer lengths (int64), same shape as ``u``.
     """
-    p = check_p_halt(p_halt)
+    return _geometric_quantile(u, check_p_halt(p_halt))
+
+
+def _geometric_quantile(u: np.ndarray | float, p_halt: float) -> np.ndarray:
+    """:func:`geometric_quantile` for a ``p_halt`` already checked."""
     u_arr = np.asarray(u, dtype=np.float64)
-    ratio = np.log1p(-u_arr) / math.log1p(-p)
+    ratio = np.log1p(-u_arr) / math.log1p(-p_halt)
     # Floating-point guard: keep F(k) >= u exactly at bin boundaries.
     lengths = np.floor(ratio)
     return np.maximum(lengths, 0).astype(np.int64)
-
-
-def _check_num(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if int(value) < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 #: Registry of walk-length couplings: every subclass with a ``name`` joins it.
@@ -154,8 +142,8 @@ class IIDWalkLengthCoupling(WalkLengthCoupling):
 
     def sample_lengths(self, num_starts: int, num_walkers: int, p_halt: float,
                        seed: SeedLike = None) -> np.ndarray:
-        num_starts = _check_num("num_starts", num_starts, 0)
-        num_walkers = _check_num("num_walkers", num_walkers)
+        num_starts = check_int("num_starts", num_starts, 0)
+        num_walkers = check_int("num_walkers", num_walkers)
         p = check_p_halt(p_halt)
         # Compiled inverse-CDF draws from counter-based streams: several times faster
         # than numpy's geometric sampler, which dominated small feature builds.
@@ -173,13 +161,19 @@ class PairedWalkLengthCoupling(WalkLengthCoupling):
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Draw ``num_pairs`` independent coupled pairs of geometric lengths.
 
+        Called by :meth:`sample_lengths`, which has checked the arguments: implementations
+        trust them.
+
+        :param num_pairs: Number of pairs.
+        :param p_halt: Termination probability, a float in ``(0, 1)``.
+        :param rng: The generator to draw from.
         :return: Two int64 arrays of shape ``(num_pairs,)``.
         """
 
     def sample_lengths(self, num_starts: int, num_walkers: int, p_halt: float,
                        seed: SeedLike = None) -> np.ndarray:
-        num_starts = _check_num("num_starts", num_starts, 0)
-        num_walkers = _check_num("num_walkers", num_walkers)
+        num_starts = check_int("num_starts", num_starts, 0)
+        num_walkers = check_int("num_walkers", num_walkers)
         p = check_p_halt(p_halt)
         if num_walkers % 2:
             raise ValueError(
@@ -194,7 +188,8 @@ class PairedWalkLengthCoupling(WalkLengthCoupling):
 
 
 class AntitheticWalkLengthCoupling(PairedWalkLengthCoupling):
-    r"""Antithetic termination (Reid et al. 2023; paper, app:antithetic_term).
+    r"""Antithetic termination (Reid et al. 2023; paper, Appendix C.2 "Antithetic termination"
+    [app:antithetic_term]).
 
     At every step the two walkers of a pair share a uniform :math:`t`: walker 1 halts
     if :math:`t < p`, walker 2 if :math:`(t + 1/2) \bmod 1 < p`; once one has halted,
@@ -212,24 +207,25 @@ class AntitheticWalkLengthCoupling(PairedWalkLengthCoupling):
 
     def sample_pairs(self, num_pairs: int, p_halt: float,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        p = check_p_halt(p_halt)
+        p = p_halt  # checked by sample_lengths
         both_continue = max(0.0, 1.0 - 2.0 * p)
         both_halt = max(0.0, 2.0 * p - 1.0)
         if both_continue > 0.0:
-            first_event = geometric_quantile(rng.random(num_pairs), 1.0 - both_continue)
+            first_event = _geometric_quantile(rng.random(num_pairs), 1.0 - both_continue)
         else:
             first_event = np.zeros(num_pairs, dtype=np.int64)
         event = rng.random(num_pairs) * (1.0 - both_continue)
         halt_together = event < both_halt
         first_halts = ~halt_together & (event < both_halt + (1.0 - both_continue - both_halt) / 2.0)
-        survivor = first_event + 1 + geometric_quantile(rng.random(num_pairs), p)
+        survivor = first_event + 1 + _geometric_quantile(rng.random(num_pairs), p)
         first = np.where(halt_together | first_halts, first_event, survivor)
         second = np.where(halt_together | ~first_halts, first_event, survivor)
         return first, second
 
 
 class SigmaCoupling(PairedWalkLengthCoupling):
-    r""":math:`\sigma`-coupled walk lengths (paper, def:coupled_grfs_def).
+    r""":math:`\sigma`-coupled walk lengths (paper, Definition 4.2, Section 4.1
+    [def:coupled_grfs_def]).
 
     The pair's quantiles follow the permutation density
     :math:`p_\sigma(x, y) = n\,\mathbb 1[\sigma(\lceil n x\rceil) = \lceil n y\rceil]`:
@@ -238,8 +234,10 @@ class SigmaCoupling(PairedWalkLengthCoupling):
     CDF. Both marginals stay uniform, so both lengths stay geometric.
 
     Fit :math:`\sigma` with :func:`gp_couple.couplings.fit_sigma_coupling` (the linear
-    matching of eq:tractable_ot_formulation) or
-    :func:`gp_couple.couplings.fit_pagerank_sigma_coupling` (eq:matching_pagerank).
+    matching of eq. (56), the tractable matching problem, Appendix C.3
+    [eq:tractable_ot_formulation]) or
+    :func:`gp_couple.couplings.fit_pagerank_sigma_coupling` (eq. (82), the PageRank matching
+    problem, Appendix E.2 [eq:matching_pagerank]).
 
     :param permutation: :math:`\sigma` as a 0-based permutation of ``range(n)``:
         bin ``q`` is matched with bin ``permutation[q]``.
@@ -285,11 +283,11 @@ class SigmaCoupling(PairedWalkLengthCoupling):
     @classmethod
     def identity(cls, order: int, p_halt: float | None = None) -> SigmaCoupling:
         """The identity permutation: both walkers get lengths from the same bin."""
-        return cls(np.arange(_check_num("order", order)), p_halt)
+        return cls(np.arange(check_int("order", order)), p_halt)
 
     def sample_pairs(self, num_pairs: int, p_halt: float,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        p = check_p_halt(p_halt)
+        p = p_halt  # checked by sample_lengths
         if self.p_halt is not None and not math.isclose(p, self.p_halt, rel_tol=1e-9):
             warnings.warn(
                 f"this sigma-coupling was fitted for p_halt={self.p_halt} but is used with "
@@ -299,7 +297,7 @@ class SigmaCoupling(PairedWalkLengthCoupling):
         u1 = rng.random(num_pairs)
         bins = np.minimum((u1 * n).astype(np.int64), n - 1)
         u2 = (self.permutation[bins] + rng.random(num_pairs)) / n
-        return geometric_quantile(u1, p), geometric_quantile(np.minimum(u2, np.nextafter(1.0, 0.0)), p)
+        return _geometric_quantile(u1, p), _geometric_quantile(np.minimum(u2, np.nextafter(1.0, 0.0)), p)
 
     def params(self) -> dict[str, Any]:
         return {"order": self.order, "permutation": self.permutation.tolist(),

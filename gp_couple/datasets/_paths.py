@@ -239,23 +239,6 @@ def looks_like_name(value: object) -> bool:
             and not Path(value).suffix)
 
 
-def check_count(value: object, argument: str, minimum: int = 0) -> int:
-    """Validate an integer count argument.
-
-    :param value: The value passed.
-    :param argument: The argument's name, for the error message.
-    :param minimum: Smallest allowed value.
-    :return: ``value`` as an ``int``.
-    :raises TypeError: If ``value`` is not an integer (``bool`` included).
-    :raises ValueError: If ``value < minimum``.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{argument} must be an int, got {type(value).__name__}")
-    if int(value) < minimum:
-        raise ValueError(f"{argument} must be >= {minimum}, got {int(value)}")
-    return int(value)
-
-
 def random_split(num_items: int, num_train: int, num_test: int,
                  seed: SeedLike) -> tuple[np.ndarray, np.ndarray]:
     """Disjoint random train/test index sets of ``range(num_items)``, each sorted (int64).

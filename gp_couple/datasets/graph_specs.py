@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..graphs import Graph, grid_graph, icosphere_graph
+from ..graphs import Graph, erdos_renyi_graph, grid_graph, icosphere_graph
 
 __all__ = ["PROCEDURAL_HELP", "resolve_graph"]
 
@@ -37,11 +37,9 @@ def resolve_graph(spec: str, data_dir: Any = None, *, largest_component: bool = 
         elif kind == "icosphere" and rest:
             graph = icosphere_graph(int(rest))
         elif kind == "erdos-renyi" and rest:
-            from ..couplings.sigma_fit import default_fitting_graph
-
             parts = rest.split(":")
-            graph = default_fitting_graph(int(parts[0]), float(parts[1]),
-                                          int(parts[2]) if len(parts) > 2 else 0)
+            graph = erdos_renyi_graph(int(parts[0]), float(parts[1]),
+                                      int(parts[2]) if len(parts) > 2 else 0)
         else:
             from .graphs import load_graph
 

@@ -1,7 +1,9 @@
 r"""Triangle meshes as graphs whose nodes are faces, with the normal-z regression target.
 
-The paper's mesh experiments (sec:graph_gp_experiments, app:grf_gp_details) take the
-faces of a mesh as nodes, join two faces when they share an edge, and regress the
+The paper's mesh experiments (Section 4.2 "Experiments with σ-coupled GRFs"
+[sec:graph_gp_experiments], Appendix F.2 "Scalable GPs on graphs", paragraph "Training GRF-GPs:
+technical details" [app:grf_gp_details]) take the faces of a mesh as nodes, join two faces when they
+share an edge, and regress the
 :math:`z`-component of each face's unit normal; 5 % of the nodes are held out as the
 test set (:func:`split_test_nodes`).
 
@@ -22,9 +24,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._checks import check_int
 from .._random import SeedLike
 from ..graphs import Graph
-from ._paths import PathLike, check_count, data_file, freeze, looks_like_name, random_split
+from ._paths import PathLike, data_file, freeze, looks_like_name, random_split
 
 if TYPE_CHECKING:  # pragma: no cover
     import trimesh
@@ -189,7 +192,8 @@ def split_test_nodes(num_nodes: int, seed: SeedLike) -> tuple[np.ndarray, np.nda
     r"""Random train/test split of a mesh's nodes with :math:`\lfloor 0.05 N \rfloor` test nodes.
 
     The paper holds out 5 % of the nodes, chosen uniformly at random, as the test set
-    (app:grf_gp_details); all other nodes are training nodes.
+    (Appendix F.2 "Scalable GPs on graphs", paragraph "Training GRF-GPs: technical details"
+    [app:grf_gp_details]); all other nodes are training nodes.
 
     :param num_nodes: Number of nodes :math:`N` (at least 20, so the test set is non-empty).
     :param seed: Seed (int, numpy/torch generator or ``None``); the same int gives the
@@ -200,7 +204,7 @@ def split_test_nodes(num_nodes: int, seed: SeedLike) -> tuple[np.ndarray, np.nda
     :raises TypeError: If ``num_nodes`` is not an int.
     :raises ValueError: If ``num_nodes < 20``.
     """
-    num_nodes = check_count(num_nodes, "num_nodes", minimum=1)
+    num_nodes = check_int("num_nodes", num_nodes, 1)
     num_test = num_nodes * TEST_FRACTION_PERCENT // 100
     if num_test == 0:
         raise ValueError(f"num_nodes must be >= 20 so that the 5% test set is non-empty, "

@@ -1,7 +1,8 @@
 r"""The San Jose highway traffic-speed graph (Borovitskiy et al., 2021).
 
 1016 road-network nodes, 325 of which are PeMS speed sensors with one observation each
-(the paper's traffic regression task, sec:traffic_expt). The weighted adjacency is
+(the paper's traffic regression task, Appendix F.3 "Probabilistic traffic interpolation"
+[sec:traffic_expt]). The weighted adjacency is
 
 .. math::
 
@@ -19,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._checks import check_int
 from .._random import SeedLike
 from ..graphs import Graph
-from ._paths import PathLike, check_count, data_file, freeze, random_split
+from ._paths import PathLike, data_file, freeze, random_split
 
 __all__ = ["TRAFFIC_FILE", "TrafficDataset", "load_traffic", "traffic_split"]
 
@@ -146,9 +148,9 @@ def traffic_split(num_observed: int = NUM_OBSERVED, num_train: int = 250, num_te
     :raises TypeError: If a count is not an int.
     :raises ValueError: If a size is not positive or ``num_train + num_test > num_observed``.
     """
-    num_observed = check_count(num_observed, "num_observed", minimum=2)
-    num_train = check_count(num_train, "num_train", minimum=1)
-    num_test = check_count(num_test, "num_test", minimum=1)
+    num_observed = check_int("num_observed", num_observed, 2)
+    num_train = check_int("num_train", num_train, 1)
+    num_test = check_int("num_test", num_test, 1)
     if num_train + num_test > num_observed:
         raise ValueError(f"num_train + num_test = {num_train + num_test} exceeds "
                          f"num_observed = {num_observed}")

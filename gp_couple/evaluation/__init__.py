@@ -1,4 +1,8 @@
-"""Evaluators: Gram-matrix error, predictive accuracy and divergence to the exact posterior."""
+"""Evaluators: Gram-matrix error, predictive accuracy and divergence to the exact posterior.
+
+They read Gram matrices wherever they live: dense arrays, linear operators, kernels on
+node indices or trained models (:mod:`gp_couple.evaluation.sources`).
+"""
 
 from .metrics import nlpd, relative_frobenius_error, rmse
 from .posterior import (
@@ -8,9 +12,12 @@ from .posterior import (
     gp_posterior,
     gp_posterior_from_blocks,
     low_rank_posterior,
+    model_marginals,
+    model_posterior,
     posterior_kl,
 )
+from .sources import gram_source
 
 __all__ = ["relative_frobenius_error", "rmse", "nlpd", "GaussianPosterior", "gp_posterior",
-           "gp_posterior_from_blocks", "LowRankGaussianPosterior", "low_rank_posterior",
-           "gaussian_kl", "posterior_kl"]
+           "gp_posterior_from_blocks", "model_posterior", "model_marginals", "gram_source",
+           "LowRankGaussianPosterior", "low_rank_posterior", "gaussian_kl", "posterior_kl"]

@@ -9,18 +9,29 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._arrays import as_float64
+from .sources import GramSource, gram_source, is_lazy_source, node_index, row_chunks
 
 
-def relative_frobenius_error(exact: Any, estimate: Any) -> float:
-    r"""Relative Frobenius error :math:`\|K - \widehat K\|_F / \|K\|_F` (paper, fig:permuton_grf).
+def relative_frobenius_error(exact: Any, estimate: Any, *, nodes: Any = None) -> float:
+    r"""Relative Frobenius error :math:`\|K - \widehat K\|_F / \|K\|_F` (paper, Figure 3, Section
+    4.2 [fig:permuton_grf]).
 
     A scipy sparse ``estimate`` (e.g. :math:`\Phi\Phi^\top` of graph random features) is
     never densified: :math:`\|K - \widehat K\|_F^2 = \|K\|_F^2 - 2\langle K, \widehat K\rangle
-    + \|\widehat K\|_F^2` with the inner product over the stored entries only.
+    + \|\widehat K\|_F^2` with the inner product over the stored entries only. A linear
+    operator, kernel or model is read in blocks of rows (never the whole matrix at once),
+    so a GRF kernel's error is that of the very estimate its model predicts with.
 
-    :param exact: Exact Gram matrix (array, tensor, scipy sparse or linear operator).
-    :param estimate: Estimated Gram matrix of the same shape.
+    :param exact: Exact Gram matrix: array, tensor, scipy sparse, linear operator, a
+        gpytorch kernel on node indices or a trained ExactGP (its kernel; see
+        :func:`gp_couple.evaluation.sources.gram_source`).
+    :param estimate: Estimated Gram matrix, any of the same kinds.
+    :param nodes: Compare only the block of these node indices (default: all points;
+        needed when neither side knows its size, e.g. two kernels off graphs).
+    :raises ValueError: If the shapes differ or the exact matrix is zero.
     """
+    if nodes is not None or is_lazy_source(exact) or is_lazy_source(estimate):
+        return _blockwise_error(gram_source(exact, "exact"), gram_source(estimate, "estimate"), nodes)
     k = as_float64(exact, "exact")
     if sp.issparse(estimate):
         if k.shape != estimate.shape:
@@ -40,6 +51,27 @@ def relative_frobenius_error(exact: Any, estimate: Any) -> float:
     if norm == 0.0:
         raise ValueError("exact Gram matrix is zero: relative error undefined")
     return float(np.linalg.norm(k - k_hat) / norm)
+
+
+def _blockwise_error(exact: GramSource, estimate: GramSource, nodes: Any) -> float:
+    if nodes is None:
+        if exact.size is None or estimate.size is None:
+            raise ValueError("pass nodes: a kernel that is not on a graph does not know its size")
+        if exact.size != estimate.size:
+            raise ValueError(f"shapes differ: exact {(exact.size,) * 2} vs estimate {(estimate.size,) * 2}")
+        index = np.arange(exact.size, dtype=np.int64)
+    else:
+        sizes = [size for size in (exact.size, estimate.size) if size is not None]
+        index = node_index(nodes, "nodes", min(sizes) if sizes else None)
+    norm_sq = difference_sq = 0.0
+    for start, stop in row_chunks(index.size, index.size):
+        rows = index[start:stop]
+        k = exact.block(rows, index)
+        norm_sq += float(np.sum(k * k))
+        difference_sq += float(np.sum((k - estimate.block(rows, index)) ** 2))
+    if norm_sq == 0.0:
+        raise ValueError("exact Gram matrix is zero: relative error undefined")
+    return float(np.sqrt(difference_sq / norm_sq))
 
 
 def rmse(prediction: Any, target: Any) -> float:

@@ -1,7 +1,9 @@
 r"""Gaussian-process posteriors from Gram matrices and the Gaussian KL divergence.
 
 The paper compares the posterior computed with an estimated Gram matrix
-:math:`\widehat K` to the exact one (app:are_predictions_improved?, eq:approx_muandc):
+:math:`\widehat K` to the exact one (Appendix B.2 "PNC RFFs for Gaussian processes"
+[app:are_predictions_improved?], eq. (43), the approximate posterior, Appendix B.2
+[eq:approx_muandc]):
 
 .. math::
 
@@ -15,7 +17,8 @@ Two posteriors, chosen with ``include_noise``:
 
 * the **latent** posterior of :math:`f` at the test points (``include_noise=False``):
   the covariance :math:`C` above, exactly the paper's equation for the approximate mean
-  and covariance (appendix on sparse-spectrum GPs, eq:approx_muandc);
+  and covariance (appendix on sparse-spectrum GPs, eq. (43), the approximate posterior, Appendix B.2
+  [eq:approx_muandc]);
 * the **predictive** posterior of noisy test observations (``include_noise=True``, the
   default): :math:`C + \sigma_n^2 I`.
 
@@ -39,12 +42,15 @@ from typing import Any
 
 import math
 
+import gpytorch
 import numpy as np
 import scipy.linalg as sla
 import torch
 from torch import Tensor
 
+from ..models import GraphGP, node_index_array
 from ._arrays import as_float64
+from .sources import GramSource, gram_source, node_index, row_chunks
 
 #: Relative jitter levels tried, in order, when a covariance is not numerically PD.
 JITTER_LEVELS = (0.0, 1e-12, 1e-10, 1e-8, 1e-6)
@@ -91,6 +97,26 @@ def _check_noise(noise_variance: float) -> float:
     return value
 
 
+@dataclass(frozen=True)
+class _Conditioning:
+    r"""The training block factored once.
+
+    :math:`L L^\top = K_{dd} + \sigma_n^2 I` and :math:`\alpha = (K_{dd} + \sigma_n^2 I)^{-1} y`.
+    """
+
+    factor: np.ndarray
+    weights: np.ndarray
+
+    @classmethod
+    def of(cls, train_train: np.ndarray, targets: np.ndarray, noise: float) -> _Conditioning:
+        factor, _ = stable_cholesky(train_train + noise * np.eye(len(targets)), "K_dd + noise I")
+        return cls(factor, sla.cho_solve((factor, True), targets))
+
+    def project(self, test_train: np.ndarray) -> np.ndarray:
+        r""":math:`L^{-1} K_{dp}`, whose Gram matrix is the variance explained by the data."""
+        return sla.solve_triangular(self.factor, test_train.T, lower=True)
+
+
 def gp_posterior_from_blocks(train_train: Any, test_train: Any, test_test: Any, train_targets: Any,
                              noise_variance: float, *, include_noise: bool = True) -> GaussianPosterior:
     r"""Zero-mean GP posterior at test points from the three Gram blocks.
@@ -115,34 +141,154 @@ def gp_posterior_from_blocks(train_train: Any, test_train: Any, test_test: Any, 
             f"test_test {k_pp.shape}, train_targets ({n},)")
     if not np.all(np.isfinite(y)):
         raise ValueError("train_targets contain NaN or infinite values")
-    factor, _ = stable_cholesky(k_dd + noise * np.eye(n), "K_dd + noise I")
-    alpha = sla.cho_solve((factor, True), y)
-    projected = sla.solve_triangular(factor, k_pd.T, lower=True)
+    conditioning = _Conditioning.of(k_dd, y, noise)
+    projected = conditioning.project(k_pd)
     covariance = k_pp - projected.T @ projected
     if include_noise:
         covariance = covariance + noise * np.eye(t)
-    return GaussianPosterior(mean=k_pd @ alpha, covariance=0.5 * (covariance + covariance.T))
+    return GaussianPosterior(mean=k_pd @ conditioning.weights, covariance=0.5 * (covariance + covariance.T))
 
 
 def gp_posterior(gram: Any, train_index: Any, test_index: Any, train_targets: Any,
                  noise_variance: float, *, include_noise: bool = True) -> GaussianPosterior:
-    """Zero-mean GP posterior from a full Gram matrix over all points.
+    """Zero-mean GP posterior from a Gram matrix over all points.
 
-    :param gram: Gram matrix over all points (N x N).
+    Only the three blocks at the training and test points are read (and made dense),
+    so ``gram`` may be a lazy operator or a kernel over a large graph.
+
+    :param gram: Gram matrix over all points (N x N): array, tensor, scipy sparse, a
+        linear operator, a gpytorch kernel on node indices or a trained ExactGP (its
+        kernel; see :func:`gp_couple.evaluation.sources.gram_source`).
     :param train_index: Integer indices of the training points.
     :param test_index: Integer indices of the test points.
     :param train_targets: Targets at ``train_index``.
     :param noise_variance: Likelihood noise variance.
     :param include_noise: See :func:`gp_posterior_from_blocks`.
     """
-    k = as_float64(gram, "gram")
-    if k.ndim != 2 or k.shape[0] != k.shape[1]:
-        raise ValueError(f"gram must be square, got shape {k.shape}")
-    train = _as_index(train_index, "train_index", k.shape[0])
-    test = _as_index(test_index, "test_index", k.shape[0])
-    return gp_posterior_from_blocks(k[np.ix_(train, train)], k[np.ix_(test, train)],
-                                    k[np.ix_(test, test)], train_targets, noise_variance,
+    source = gram_source(gram)
+    train = node_index(train_index, "train_index", source.size)
+    test = node_index(test_index, "test_index", source.size)
+    return gp_posterior_from_blocks(source.block(train, train), source.block(test, train),
+                                    source.block(test, test), train_targets, noise_variance,
                                     include_noise=include_noise)
+
+
+# --------------------------------------------------------------------------- trained models
+
+
+@dataclass(frozen=True)
+class _ModelParts:
+    """What a trained ExactGP on node indices conditions on, read once."""
+
+    source: GramSource
+    train: np.ndarray
+    targets: np.ndarray
+    noise: float
+    model: gpytorch.models.ExactGP
+
+    @classmethod
+    def of(cls, model: Any) -> _ModelParts:
+        if not isinstance(model, gpytorch.models.ExactGP):
+            raise TypeError(f"model must be a gpytorch ExactGP, got {type(model).__name__}")
+        if not isinstance(model.likelihood, gpytorch.likelihoods.GaussianLikelihood):
+            raise TypeError("model must have a gpytorch GaussianLikelihood (one noise variance), got "
+                            f"{type(model.likelihood).__name__}")
+        if model.train_inputs is None or model.train_targets is None:
+            raise ValueError("model has no training data")
+        inputs = model.train_inputs[0]
+        if inputs.ndim != 2 or inputs.shape[-1] != 1:
+            raise ValueError("model must be a GP on node indices (training inputs of shape (n, 1)), "
+                             f"got training inputs of shape {tuple(inputs.shape)}")
+        noise = model.likelihood.noise.detach()
+        if noise.numel() != 1:
+            raise ValueError(f"model's likelihood has {noise.numel()} noise values; the evaluators need one")
+        train = inputs[:, 0].detach().cpu().to(torch.int64).numpy()
+        source = gram_source(model.covar_module, "model.covar_module")
+        residual = as_float64(model.train_targets, "model.train_targets") - _mean_at(model, inputs)
+        return cls(source, train, residual, float(noise.reshape(())), model)
+
+    def nodes(self, nodes: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Validated node indices and the model's prior mean there."""
+        if isinstance(self.model, GraphGP):
+            inputs = self.model.node_inputs(nodes, name)
+        else:
+            inputs = torch.from_numpy(node_index_array(nodes, name, self.source.size)).unsqueeze(-1)
+        device = self.model.train_inputs[0].device
+        inputs = inputs.to(device=device, dtype=self.model.train_inputs[0].dtype)
+        return inputs[:, 0].cpu().to(torch.int64).numpy(), _mean_at(self.model, inputs)
+
+
+def _mean_at(model: gpytorch.models.ExactGP, inputs: Tensor) -> np.ndarray:
+    with torch.no_grad():
+        return as_float64(model.mean_module(inputs), "mean").reshape(-1)
+
+
+def model_posterior(model: gpytorch.models.ExactGP, test_nodes: Any, *,
+                    include_noise: bool = True) -> GaussianPosterior:
+    r"""The posterior of a trained GP on node indices at ``test_nodes``, with full covariance, in float64.
+
+    Reads the model's own kernel (e.g. the features a
+    :class:`~gp_couple.kernels.GRFKernel` holds now, after any ``resample()``), its
+    prior mean, training data and Gaussian noise, and solves with them in float64
+    (eq. (43), the approximate posterior, Appendix B.2 [eq:approx_muandc], appendix on
+    sparse-spectrum GPs, plus the prior mean):
+
+    .. math::
+
+        \mu = m_p + K_{pd}(K_{dd} + \sigma_n^2 I)^{-1}(y - m_d), \qquad
+        C = K_{pp} - K_{pd}(K_{dd} + \sigma_n^2 I)^{-1}K_{dp}\ (+\ \sigma_n^2 I).
+
+    Unlike :func:`gp_couple.models.predict` (gpytorch's inference, CG/Lanczos on large
+    problems), this is a direct solve: the reference the evaluators compare with. The
+    kernel is evaluated in the model's dtype (``model.double()`` for float64 entries).
+
+    :param model: A :class:`gp_couple.models.GraphGP` (or any ExactGP whose inputs are
+        node indices of shape ``(n, 1)``) with a :class:`~gpytorch.likelihoods.GaussianLikelihood`.
+    :param test_nodes: Node indices to predict at.
+    :param include_noise: The predictive posterior of noisy observations (default) or the
+        latent one (see :func:`gp_posterior_from_blocks`).
+    :raises TypeError: If ``model`` is not an ExactGP with a Gaussian likelihood.
+    :raises ValueError: For bad node indices (the model's own checks) or a model that is
+        not on node indices.
+    """
+    parts = _ModelParts.of(model)
+    test, test_mean = parts.nodes(test_nodes, "test_nodes")
+    train = parts.train
+    posterior = gp_posterior_from_blocks(
+        parts.source.block(train, train), parts.source.block(test, train), parts.source.block(test, test),
+        parts.targets, parts.noise, include_noise=include_noise)
+    return GaussianPosterior(posterior.mean + test_mean, posterior.covariance)
+
+
+def model_marginals(model: gpytorch.models.ExactGP, nodes: Any, *,
+                    include_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    r"""Posterior means and marginal variances of a trained GP at many nodes, in float64.
+
+    The same solve as :func:`model_posterior`, keeping only the diagonal of the
+    covariance, :math:`v_i = K_{ii} - K_{id}(K_{dd} + \sigma_n^2 I)^{-1}K_{di}`
+    (plus :math:`\sigma_n^2` with ``include_noise``), so memory stays at the training
+    block plus one block of nodes whatever their number (e.g. every node of a mesh).
+
+    :param model: As for :func:`model_posterior`.
+    :param nodes: Node indices.
+    :param include_noise: Variances of noisy observations (default) or of the latent function.
+    :return: ``(mean, variance)``, each ``(len(nodes),)``.
+    """
+    parts = _ModelParts.of(model)
+    index, prior_mean = parts.nodes(nodes, "nodes")
+    train = parts.train
+    conditioning = _Conditioning.of(parts.source.block(train, train), parts.targets, parts.noise)
+    mean = np.empty(index.size)
+    variance = np.empty(index.size)
+    for start, stop in row_chunks(index.size, train.size):
+        rows = index[start:stop]
+        test_train = parts.source.block(rows, train)
+        mean[start:stop] = test_train @ conditioning.weights
+        explained = np.sum(conditioning.project(test_train) ** 2, axis=0)
+        variance[start:stop] = parts.source.diagonal(rows) - explained
+    # Rounding can leave tiny negatives where a node is fully determined by the data.
+    variance = np.maximum(variance, 0.0) + (parts.noise if include_noise else 0.0)
+    return mean + prior_mean, variance
 
 
 def gaussian_kl(mean_p: Any, cov_p: Any, mean_q: Any, cov_q: Any) -> float:
@@ -193,9 +339,10 @@ class LowRankGaussianPosterior:
 
     The covariance is :math:`c\,I + \Psi_p D^{-1} \Psi_p^\top` with the weight-space
     precision :math:`D = I + \Psi_d^\top\Psi_d / \sigma_n^2` (Bayesian linear regression
-    on the features), which equals the covariance :math:`C` of eq:approx_muandc (appendix
-    on sparse-spectrum GPs) by the Woodbury identity; :math:`c` is the noise variance for
-    the predictive posterior, 0 for the latent one, plus any jitter.
+    on the features), which equals the covariance :math:`C` of eq. (43), the approximate posterior,
+    Appendix B.2 [eq:approx_muandc] (appendix on sparse-spectrum GPs) by the Woodbury identity;
+    :math:`c` is the noise variance for the predictive posterior, 0 for the latent one, plus any
+    jitter.
 
     :ivar mean: Posterior means ``(*batch, t)``.
     :ivar test_features: :math:`\Psi_p` ``(*batch, t, F)``.
@@ -275,8 +422,9 @@ def low_rank_posterior(train_features: Tensor, test_features: Tensor, train_targ
     r"""Zero-mean GP posterior under :math:`\widehat K = \Psi\Psi^\top`, batched over draws, in low-rank form.
 
     The same posterior as :func:`gp_posterior_from_blocks` with the blocks
-    :math:`\Psi_d\Psi_d^\top, \Psi_p\Psi_d^\top, \Psi_p\Psi_p^\top` (eq:approx_muandc,
-    appendix on sparse-spectrum GPs), through the weight space:
+    :math:`\Psi_d\Psi_d^\top, \Psi_p\Psi_d^\top, \Psi_p\Psi_p^\top` (eq. (43), the approximate
+    posterior, Appendix B.2 [eq:approx_muandc], appendix on sparse-spectrum GPs), through the weight
+    space:
 
     .. math::
 
@@ -316,12 +464,3 @@ def low_rank_posterior(train_features: Tensor, test_features: Tensor, train_targ
     mean = (test_features @ weights).squeeze(-1)
     return LowRankGaussianPosterior(mean=mean, test_features=test_features, weight_precision_factor=factor,
                                     diagonal=(noise if include_noise else 0.0) + float(jitter))
-
-
-def _as_index(index: Any, name: str, size: int) -> np.ndarray:
-    array = np.asarray(index)
-    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
-        raise TypeError(f"{name} must be a 1-D integer array")
-    if array.size and (array.min() < 0 or array.max() >= size):
-        raise ValueError(f"{name} must lie in [0, {size})")
-    return array.astype(np.int64)

@@ -1,8 +1,9 @@
 r"""Exact-GP hyperparameters of the Gaussian kernel for the random-feature experiments.
 
-Protocol of the appendix on RFF and RLF experiments (app:rff_rlf_expt_details): the
-lengthscale :math:`\ell`, amplitude :math:`\sigma_v^2` and noise :math:`\sigma_n^2` of an
-exact zero-mean GP with the Gaussian kernel maximise the marginal likelihood of the
+Protocol of the appendix on RFF and RLF experiments (Appendix B.1 "Details for RFF and RLF
+experiments" [app:rff_rlf_expt_details]): the lengthscale :math:`\ell`, amplitude :math:`\sigma_v^2`
+and noise :math:`\sigma_n^2` of an exact zero-mean GP with the Gaussian kernel maximise the marginal
+likelihood of the
 training set (RFFs); for RLFs :math:`\ell` follows a fixed rule (:func:`rlf_lengthscale`)
 and only :math:`\sigma_v^2, \sigma_n^2` are fitted.
 
@@ -61,7 +62,9 @@ class _ExactGP(gpytorch.models.ExactGP):
 
 
 def rlf_lengthscale(inputs: np.ndarray) -> float:
-    r"""The RLF lengthscale rule :math:`\ell = \frac{2}{N^2}\sum_{i,j}\|\boldsymbol x_i + \boldsymbol x_j\|` (app:rff_rlf_expt_details).
+    r"""The RLF lengthscale rule :math:`\ell = \frac{2}{N^2}\sum_{i,j}\|\boldsymbol x_i +
+    \boldsymbol x_j\|` (Appendix B.1 "Details for RFF and RLF experiments"
+    [app:rff_rlf_expt_details]).
 
     :param inputs: Training inputs ``(N, d)``.
     :raises ValueError: For an empty array or all-zero inputs.

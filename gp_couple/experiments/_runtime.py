@@ -1,4 +1,4 @@
-"""Run-time options of the Euclidean experiments: thread limits and progress messages.
+"""Run-time options of the experiments: thread limits, progress messages and the torch device.
 
 The experiments factorise many small matrices. On a shared machine, BLAS thread pools
 that busy-wait for work (OpenBLAS's, behind NumPy and SciPy) burn the other cores while
@@ -16,10 +16,11 @@ import time
 from typing import Any, Callable, TypeVar
 
 from .. import settings
+from ..devices import resolve_device
 from ._report import positive_int
 
-__all__ = ["DEFAULT_THREADS", "add_runtime_arguments", "apply_runtime_arguments", "bounded_threads",
-           "with_bounded_threads"]
+__all__ = ["DEFAULT_THREADS", "add_device_argument", "add_runtime_arguments", "apply_runtime_arguments",
+           "bounded_threads", "device_option", "with_bounded_threads"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 logger = logging.getLogger(__name__)
@@ -60,6 +61,22 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch and BLAS threads for this run (default %(default)s: fastest "
                              "for these small matrices, especially on a busy machine)")
     parser.add_argument("--progress", action="store_true", help="report progress on stderr")
+
+
+def device_option(text: str) -> str:
+    """``--device`` value: ``cpu``, ``cuda`` or ``cuda:N``, refused at once when unavailable."""
+    try:
+        resolve_device(text, "--device")
+    except (TypeError, ValueError) as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--device`` (the torch device the command's models train and predict on)."""
+    parser.add_argument("--device", type=device_option, default="cpu",
+                        help="torch device of the models: cpu, cuda or cuda:N (walks and scipy "
+                             "references stay on the CPU)")
 
 
 def apply_runtime_arguments(args: argparse.Namespace) -> Callable[[str], None] | None:

@@ -1,4 +1,5 @@
-r"""``gp-couple attention``: norm couplings for Performer attention (paper, app:performers, fig:var_fig).
+r"""``gp-couple attention``: norm couplings for Performer attention (paper, Appendix B.3
+"Norm-coupled RLFs in Performers" [app:performers], Figure 7, Appendix B.3 [fig:var_fig]).
 
 Attention with the softmax kernel, :math:`a_{ij} = k(\boldsymbol x_i, \boldsymbol x_j) / \sum_l k(\boldsymbol x_i, \boldsymbol x_l)`
 with :math:`k(\boldsymbol x, \boldsymbol y) = \exp(\boldsymbol x^\top \boldsymbol y)`, is
@@ -18,7 +19,8 @@ feature draws:
 * the **attention MSE** :math:`\frac1{N^2}\sum_{i,j}\mathbb E(\widehat a_{ij} - a_{ij})^2`
   of the row-normalised estimates.
 
-By eq:biased_attn_approx the attention error is driven by variance *minus* covariance:
+By eq. (8), the attention error, Section 3.3 [eq:biased_attn_approx] the attention error is driven
+by variance *minus* covariance:
 PNC lowers both, PM raises both, and the covariance wins. The variance and covariance
 leave out the diagonal estimates :math:`\widehat k(\boldsymbol x_i, \boldsymbol x_i)`: their
 variance grows like :math:`\exp(6\|\boldsymbol x_i\|^2)` (about :math:`e^{24}` here), far too
@@ -51,7 +53,7 @@ from ._runtime import add_runtime_arguments, apply_runtime_arguments, with_bound
 
 __all__ = ["DEFAULT_COUPLINGS", "attention_statistics", "run_attention", "register"]
 
-#: Norm couplings of fig:var_fig (all with orthogonal directions).
+#: Norm couplings of Figure 7, Appendix B.3 [fig:var_fig] (all with orthogonal directions).
 DEFAULT_COUPLINGS: tuple[str, ...] = ("orthogonal", "pnc", "pm")
 
 

@@ -1,16 +1,19 @@
-r"""``gp-couple copula-learning``: learning a Gaussian-copula norm coupling (paper, app:copulas, fig:boston-losses).
+r"""``gp-couple copula-learning``: learning a Gaussian-copula norm coupling (paper, Appendix A.5
+"Copulas as numerical OT solvers" [app:copulas], Figure 5, Appendix A.5 [fig:boston-losses]).
 
 On random splits of a UCI dataset (Boston by default), the norms of orthogonal frequency
 ensembles are coupled by a Gaussian copula whose correlation matrix is learned by Adam
-on the kernel RMSE of the training set (eq:rmseloss), with the reparameterisation trick
-through :func:`~gp_couple.couplings.normal_to_chi`, starting from independent norms
+on the kernel RMSE of the training set (eq. (35), the copula's RMSE loss, Appendix A.5
+[eq:rmseloss]), with the reparameterisation trick through
+:func:`~gp_couple.couplings.normal_to_chi`, starting from independent norms
 (:math:`\boldsymbol\Sigma = \mathbf I`, i.e. orthogonal features). The training curve is
 reported against the same loss for i.i.d., orthogonal and PNC frequencies (with
-antithetic pairs for RLFs, as in tab:rff), each estimated with ``--eval-draws`` draws;
-the learned copula is evaluated the same way after training.
+antithetic pairs for RLFs, as in Table 1, Section 3.3 [tab:rff]), each estimated with
+``--eval-draws`` draws; the learned copula is evaluated the same way after training.
 
-Lengthscales follow app:rff_rlf_expt_details: fitted by an exact GP for RFFs, the RLF
-rule for RLFs. ``m = d`` frequencies for RFFs and ``2d`` (antithetic) for RLFs.
+Lengthscales follow Appendix B.1 "Details for RFF and RLF experiments" [app:rff_rlf_expt_details]:
+fitted by an exact GP for RFFs, the RLF rule for RLFs. ``m = d`` frequencies for RFFs and ``2d``
+(antithetic) for RLFs.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import numpy as np
 import torch
 
 from ..couplings.frequencies import AntitheticFrequencyCoupling, FrequencyCoupling, GaussianCopulaCoupling, check_positive_int
+from ..devices import resolve_device
 from ..kernels.random_features import CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
 from ..progress import progress as progress_bar
 from ._report import add_common_arguments, emit, figure_folder, log_figures, positive_float, positive_int, summarize
 from ._exact_gp import fit_gp_hyperparameters, rlf_lengthscale
-from ._runtime import add_runtime_arguments, apply_runtime_arguments, with_bounded_threads
+from ._runtime import add_device_argument, add_runtime_arguments, apply_runtime_arguments, with_bounded_threads
 from ._splits import random_split, split_stream, standardise
 from .kernel_estimation import FREQUENCIES_PER_DIM
 
@@ -51,7 +55,7 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
                         steps: int = 1000, learning_rate: float = 0.05, samples_per_step: int = 16,
                         eval_draws: int = 2000, log_every: int = 50, repeats: int = 5,
                         max_train: int = 256, gp_steps: int = 5000, seed: int = 0,
-                        dataset: str | None = None,
+                        dataset: str | None = None, device: str = "cpu",
                         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the copula-learning experiment (see the module docstring).
 
@@ -70,6 +74,8 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
     :param threads: Keyword only: torch and BLAS threads during the run (default 1, see
         :func:`~gp_couple.experiments._runtime.bounded_threads`); restored afterwards.
     :param dataset: Name recorded in the report.
+    :param device: Torch device of the kernels and the copula training (``cpu``, ``cuda`` or
+        ``cuda:N``; the exact-GP lengthscale fit stays on the CPU).
     :param progress: Called with a message after every split and feature map.
     """
     x_all = np.asarray(inputs, dtype=np.float64)
@@ -84,6 +90,7 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
         if kind not in BASELINES:
             raise ValueError(f"unknown feature map {kind!r}; choose from {sorted(BASELINES)}")
     dim = x_all.shape[1]
+    device = resolve_device(device)
     kernel_classes = {"rff": CoupledRFFKernel, "rlf": CoupledRLFKernel}
     losses: dict[tuple[str, str], list[float]] = {}
     curves: dict[str, list[np.ndarray]] = {kind: [] for kind in features}
@@ -98,14 +105,14 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
                 lengthscale = fit_gp_hyperparameters(x_train, y_train[:, 0], max_steps=gp_steps).lengthscale
             num_frequencies = FREQUENCIES_PER_DIM[kind] * dim
             kernel = kernel_classes[kind](num_frequencies, dim, coupling=_learnable(kind, dim),
-                                          seed=split_stream(seed, repeat, kind, "kernel")).double()
+                                          seed=split_stream(seed, repeat, kind, "kernel")).double().to(device)
             kernel.lengthscale = lengthscale
             history = fit_coupling(kernel, torch.as_tensor(x_train), num_steps=steps,
                                    learning_rate=learning_rate, samples_per_step=samples_per_step,
                                    seed=split_stream(seed, repeat, kind, "training"))
             windows = len(history) // log_every
             curves[kind].append(np.asarray(history[:windows * log_every]).reshape(windows, log_every).mean(1))
-            scaled = torch.as_tensor(x_train) / lengthscale
+            scaled = torch.as_tensor(x_train, device=device) / lengthscale
             candidates: dict[str, FrequencyCoupling | str] = {name: name for name in BASELINES[kind]}
             candidates[_LEARNED] = kernel.coupling
             for name, coupling in candidates.items():
@@ -132,7 +139,7 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
                      "eval_draws": eval_draws, "log_every": log_every, "repeats": repeats,
                      "max_train": max_train, "seed": seed,
                      "num_frequencies": {kind: FREQUENCIES_PER_DIM[kind] * dim for kind in features}},
-        "notes": ["loss: kernel RMSE on the training set (eq:rmseloss), expectation over eval_draws draws",
+        "notes": ["loss: kernel RMSE on the training set (the paper's eq. (35), Appendix A.5), expectation over eval_draws draws",
                   "training_curve: window means of the per-step training loss; mean and se over splits",
                   "copula starts from independent norms (identity correlation = orthogonal)"],
         "training_curve": curve_report,
@@ -151,7 +158,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         inputs, targets, features=args.features, steps=args.steps, learning_rate=args.lr,
         samples_per_step=args.samples_per_step, eval_draws=args.eval_draws, log_every=args.log_every,
         repeats=args.repeats, max_train=args.max_train, gp_steps=args.gp_steps, seed=args.seed,
-        dataset=args.dataset, progress=progress, threads=args.threads)
+        dataset=args.dataset, device=args.device, progress=progress, threads=args.threads)
     if folder is not None:
         from ..plotting import plot_metric_bars, plot_training_curves
 
@@ -185,6 +192,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--gp-steps", type=positive_int, default=5000,
                         help="most Adam steps of the exact-GP lengthscale fit (RFF)")
     add_runtime_arguments(parser)
+    add_device_argument(parser)
     add_common_arguments(parser, repeats=5)
     parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
         "features", "coupling", "loss", "loss_vs_pnc", "loss_vs_pnc+antithetic")))

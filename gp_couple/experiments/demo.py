@@ -24,6 +24,7 @@ from ..recipes import fit_grf_gp
 from ..settings import grf_gp_settings
 from ._report import add_common_arguments, emit, figure_folder, log_figures, non_negative_int, positive_int
 from ._couplings import add_walk_arguments
+from ._runtime import add_device_argument
 from .graph_gp import GraphGPProtocol, run_protocol
 from .mesh import mesh_figures
 
@@ -36,12 +37,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     train, test = split_test_nodes(dataset.graph.num_nodes, seed=args.seed)
     protocol = GraphGPProtocol(train_iterations=args.train_iterations, walkers=tuple(args.walkers),
                                repeats=args.repeats, sigma_fit_samples=40, seed=args.seed,
-                               proposal=args.proposal, directions=tuple(args.directions))
+                               proposal=args.proposal, directions=tuple(args.directions),
+                               device=args.device)
     report = run_protocol(dataset.graph, dataset.targets, train, test, protocol,
                           node_posterior=folder is not None)
     if folder is not None:
         log_figures(mesh_figures(dataset, test, report, folder))
-    report["recommended"] = recommended_end_to_end(dataset, train, test, args.train_iterations, args.seed)
+    report["recommended"] = recommended_end_to_end(dataset, train, test, args.train_iterations, args.seed,
+                                                   device=args.device)
     trained = report["trained"]
     report.update(experiment=f"demo: GRF-GP interpolation of face normals on {dataset.name} "
                              f"({report['nodes']} faces, {report['test']} held out)")
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def recommended_end_to_end(dataset: Any, train: np.ndarray, test: np.ndarray, iterations: int,
-                           seed: int) -> dict[str, float]:
+                           seed: int, *, device: str = "cpu") -> dict[str, float]:
     """Train and predict with the recommended configuration (:func:`gp_couple.recipes.fit_grf_gp`).
 
     Targets are standardised with the training mean and standard deviation; the test RMSE
@@ -68,11 +71,11 @@ def recommended_end_to_end(dataset: Any, train: np.ndarray, test: np.ndarray, it
     values = np.asarray(dataset.targets, dtype=np.float64)
     shift, scale = float(values[train].mean()), float(values[train].std()) or 1.0
     model, likelihood = fit_grf_gp(dataset.graph, train, (values[train] - shift) / scale, predict_nodes=test,
-                                   iterations=iterations, sigma_fit_samples=40, seed=seed)
+                                   iterations=iterations, sigma_fit_samples=40, seed=seed, device=device)
     with grf_gp_settings():
         mean, variance = predict(model, likelihood, test, fast=True, seed=seed)
-    mean = mean.double().numpy() * scale + shift
-    variance = variance.double().numpy() * scale ** 2
+    mean = mean.double().cpu().numpy() * scale + shift
+    variance = variance.double().cpu().numpy() * scale ** 2
     return {"test_rmse": rmse(mean, values[test]), "test_nlpd": nlpd(mean, variance, values[test]),
             "seconds": time.perf_counter() - start}
 
@@ -86,6 +89,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--train-iterations", type=non_negative_int, default=300,
                         help="Adam iterations on the marginal likelihood (8 i.i.d. walkers)")
     add_walk_arguments(parser)
+    add_device_argument(parser)
     add_common_arguments(parser, repeats=10)
     parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
         "walkers", "coupling", "directions", "gram_error", "test_rmse", "kl"), stream=sys.stdout))

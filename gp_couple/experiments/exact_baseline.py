@@ -30,9 +30,10 @@ import torch
 from ..evaluation import gp_posterior, nlpd, rmse
 from ..exact import exact_kernel_matrix, normalized_adjacency_eigh
 from ..graphs import Graph
-from ..modulation import GraphKernelSeries, get_graph_kernel
+from .._deprecation import deprecated_aliases, renamed_keywords
+from ..kernel_families import KernelFamily, get_kernel_family
 
-__all__ = ["ExactFit", "RANGE_HYPERPARAMETERS", "fit_exact_gp", "graph_kernel_at", "exact_predictions"]
+__all__ = ["ExactFit", "RANGE_HYPERPARAMETERS", "fit_exact_gp", "kernel_family_at", "exact_predictions"]
 
 #: The hyperparameter that sets each family's range, and the values restarts start from.
 RANGE_HYPERPARAMETERS: dict[str, tuple[str, tuple[float, ...]]] = {
@@ -71,15 +72,15 @@ class ExactFit:
         return asdict(self)
 
 
-def graph_kernel_at(kernel: str, hyperparameters: dict[str, Any]) -> GraphKernelSeries:
+def kernel_family_at(kernel: str, hyperparameters: dict[str, Any]) -> KernelFamily:
     """A float64 kernel of family ``kernel`` with exactly these hyperparameter values.
 
     Values are set after the conversion to float64, so they are not rounded to float32.
     """
-    series = get_graph_kernel(kernel).double()
+    family = get_kernel_family(kernel).double()
     for name, value in hyperparameters.items():
-        setattr(series, name, value)
-    return series
+        setattr(family, name, value)
+    return family
 
 
 def fit_exact_gp(graph: Graph, kernel: str, train_nodes: np.ndarray, train_targets: np.ndarray, *,
@@ -121,10 +122,10 @@ def fit_exact_gp(graph: Graph, kernel: str, train_nodes: np.ndarray, train_targe
                     restarts=restarts)
 
 
-def _negative_log_likelihood(series: GraphKernelSeries, raw_scale: torch.Tensor, raw_noise: torch.Tensor,
+def _negative_log_likelihood(family: KernelFamily, raw_scale: torch.Tensor, raw_noise: torch.Tensor,
                              eigenvalues: torch.Tensor, basis: torch.Tensor,
                              targets: torch.Tensor) -> torch.Tensor:
-    spectrum = torch.nn.functional.softplus(raw_scale) * series.spectrum(eigenvalues).reshape(-1)
+    spectrum = torch.nn.functional.softplus(raw_scale) * family.spectrum(eigenvalues).reshape(-1)
     covariance = (basis * spectrum) @ basis.T
     covariance = covariance + torch.nn.functional.softplus(raw_noise) * torch.eye(
         len(targets), dtype=covariance.dtype)
@@ -140,33 +141,34 @@ def _inverse_softplus(value: float) -> torch.Tensor:
 
 def _lbfgs_restart(kernel: str, start: dict[str, float], eigenvalues: torch.Tensor, basis: torch.Tensor,
                    targets: torch.Tensor) -> dict[str, Any]:
-    series = graph_kernel_at(kernel, start)
+    family = kernel_family_at(kernel, start)
     raw_scale = torch.nn.Parameter(_inverse_softplus(_INITIAL_OUTPUTSCALE))
     raw_noise = torch.nn.Parameter(_inverse_softplus(_INITIAL_NOISE))
-    parameters = [*series.parameters(), raw_scale, raw_noise]
+    parameters = [*family.parameters(), raw_scale, raw_noise]
     optimizer = torch.optim.LBFGS(parameters, max_iter=_LBFGS_ITERATIONS, line_search_fn="strong_wolfe",
                                   tolerance_grad=1e-9, tolerance_change=1e-12)
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
-        loss = _negative_log_likelihood(series, raw_scale, raw_noise, eigenvalues, basis, targets)
+        loss = _negative_log_likelihood(family, raw_scale, raw_noise, eigenvalues, basis, targets)
         loss.backward()
         return loss
 
     try:
         optimizer.step(closure)
         with torch.no_grad():
-            value = float(_negative_log_likelihood(series, raw_scale, raw_noise, eigenvalues, basis, targets))
+            value = float(_negative_log_likelihood(family, raw_scale, raw_noise, eigenvalues, basis, targets))
     except (RuntimeError, ValueError) as error:  # a non-PD covariance or a constraint violation
         return {"negative_log_likelihood": math.inf, "error": str(error)}
     with torch.no_grad():
-        return {"hyperparameters": series.hyperparameters(),
+        return {"hyperparameters": family.hyperparameters(),
                 "outputscale": float(torch.nn.functional.softplus(raw_scale)),
                 "noise": float(torch.nn.functional.softplus(raw_noise)),
                 "negative_log_likelihood": value}
 
 
-def exact_predictions(graph: Graph, series: GraphKernelSeries, outputscale: float, noise: float,
+@renamed_keywords(series="kernel_family")
+def exact_predictions(graph: Graph, kernel_family: KernelFamily, outputscale: float, noise: float,
                       train_nodes: np.ndarray, test_nodes: np.ndarray, standardised: np.ndarray,
                       shift: float, scale: float) -> dict[str, float]:
     """Test RMSE and NLPD of the exact GP at given hyperparameters, in the targets' units.
@@ -174,8 +176,11 @@ def exact_predictions(graph: Graph, series: GraphKernelSeries, outputscale: floa
     :param standardised: Standardised targets at every node (``(values - shift) / scale``).
     """
     with torch.no_grad():
-        gram = outputscale * exact_kernel_matrix(series, graph).numpy()
+        gram = outputscale * exact_kernel_matrix(kernel_family, graph).numpy()
     posterior = gp_posterior(gram, train_nodes, test_nodes, standardised[train_nodes], noise)
     observed = standardised[test_nodes] * scale + shift
     return {"test_rmse": rmse(posterior.mean * scale + shift, observed),
             "test_nlpd": nlpd(posterior.mean * scale + shift, posterior.variance * scale**2, observed)}
+
+
+__getattr__ = deprecated_aliases(__name__, {"graph_kernel_at": ("kernel_family_at", lambda: kernel_family_at)})

@@ -1,8 +1,10 @@
-r"""The GRF-GP protocol of the paper's graph GP experiments (app:grf_gp_details, sec:traffic_expt).
+r"""The GRF-GP protocol of the paper's graph GP experiments (Appendix F.2 "Scalable GPs on graphs",
+paragraph "Training GRF-GPs: technical details" [app:grf_gp_details], Appendix F.3 "Probabilistic
+traffic interpolation" [sec:traffic_expt]).
 
 1. Train the hyperparameters :math:`\kappa, \gamma, \sigma_n` of a GRF-GP with the
    diffusion kernel :math:`\kappa \exp(-\gamma^2\widetilde{\mathbf L})` (or another
-   ``kernel`` family of :func:`gp_couple.modulation.get_graph_kernel`) and ``train_walkers``
+   ``kernel`` family of :func:`gp_couple.kernel_families.get_kernel_family`) and ``train_walkers``
    i.i.d. walkers by maximising the marginal likelihood with Adam.
 2. Freeze them and compute the exact kernel *at these GRF-trained hyperparameters* and its
    posterior over the test nodes (reported as ``exact_at_trained``: the reference the GRF
@@ -14,6 +16,14 @@ r"""The GRF-GP protocol of the paper's graph GP experiments (app:grf_gp_details,
    RMSE of the approximate posterior mean, and :math:`\mathrm{KL}(p_\mathrm{exact}\,\|\,p_\mathrm{approx})`
    over the test nodes with full covariances (a total, not per point), in float64.
 
+There is one path from the graph to every number: the trained model itself. Step 2 swaps
+its GRF kernel for :class:`~gp_couple.kernels.ExactGraphKernel` with the same
+``kernel_family`` submodule; step 3 redraws the trained kernel's walks with
+:meth:`~gp_couple.kernels.GRFKernel.resample` (over every node) and the evaluators
+(:func:`~gp_couple.evaluation.model_posterior`, :func:`~gp_couple.evaluation.relative_frobenius_error`)
+read the model's own Gram estimate, in float64 (the model is converted with ``double()``
+after training).
+
 Targets are standardised with the training mean and standard deviation for training and
 inference; RMSEs are reported in the targets' original units. Posteriors are those of
 the noisy test observations (the likelihood noise is included in both covariances).
@@ -22,6 +32,7 @@ the noisy test observations (the likelihood noise is included in both covariance
 from __future__ import annotations
 
 import time
+from copy import deepcopy
 from dataclasses import asdict, dataclass, field
 from itertools import product
 from pathlib import Path
@@ -29,28 +40,25 @@ from typing import Any, Sequence
 
 import gpytorch
 import numpy as np
-import scipy.sparse as sp
 import torch
 
-from .._random import SeedLike, as_numpy_generator
-from ..couplings.sigma_fit import fit_sigma_coupling
-from ..couplings.walk_lengths import WalkLengthCoupling
-from ..evaluation import nlpd, posterior_kl, relative_frobenius_error, rmse
-from ..evaluation.posterior import GaussianPosterior, gp_posterior, gp_posterior_from_blocks
-from ..exact import exact_kernel_matrix
-from ..features.grf import GraphRandomFeatures
-from ..graphs import Graph
-from ..kernels.grf import GRFKernel
-from ..models import GraphGP, fit_gp
-from ..modulation import GraphKernelSeries, get_graph_kernel
-from ..progress import progress
-from ..settings import grf_gp_settings
+from .._checks import check_int, check_p_halt
+from .._random import as_numpy_generator
 from ..couplings.directions import get_direction_coupling
 from ..couplings.proposals import get_proposal
+from ..couplings.walk_lengths import WalkLengthCoupling
+from ..evaluation import model_marginals, model_posterior, nlpd, posterior_kl, relative_frobenius_error, rmse
+from ..evaluation.sources import gram_source
+from ..features.sigma_fit import fit_sigma_coupling
+from ..graphs import Graph
+from ..kernels import ExactGraphKernel, GRFKernel
+from ..models import GraphGP, fit_gp
+from ..kernel_families import KernelFamily, get_kernel_family
+from ..progress import progress
+from ..devices import resolve_device
+from ..settings import grf_gp_settings
 from ._couplings import COUPLINGS, DIRECTIONS, coupling_choices, walk_length_couplings
 from ._report import summarize
-from .exact_baseline import graph_kernel_at
-
 
 
 @dataclass
@@ -71,19 +79,19 @@ class GraphGPProtocol:
     sigma_fit_samples: int = 100
     repeats: int = 10
     initial_gamma: float = 1.0
-    #: Graph kernel family (:func:`gp_couple.modulation.get_graph_kernel`); training starts
+    #: Kernel family (:func:`gp_couple.kernel_families.get_kernel_family`); training starts
     #: from the family's default hyperparameters (``initial_gamma`` for the diffusion).
     kernel: str = "diffusion"
     #: Direction coupling of the training walkers (the paper's: independent).
     train_directions: str = "independent"
     seed: int = 0
+    #: Torch device of the models (``cpu``, ``cuda`` or ``cuda:N``; walks are sampled on the CPU).
+    device: str = "cpu"
     notes: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         for name in ("train_walkers", "train_iterations", "repeats", "sigma_order", "sigma_fit_samples"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < (0 if name == "train_iterations" else 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_int(name, getattr(self, name), 0 if name == "train_iterations" else 1)
         if not self.walkers or any(not isinstance(m, int) or m < 1 for m in self.walkers):
             raise ValueError(f"walkers must be positive integers, got {list(self.walkers)}")
         unknown = set(self.couplings) - set(coupling_choices())
@@ -96,10 +104,10 @@ class GraphGPProtocol:
             get_direction_coupling(directions)
         if any(m % 2 for m in self.walkers) and set(self.couplings) - {"iid"}:
             raise ValueError("paired couplings need an even number of walkers")
-        if not 0 < self.p_halt < 1:
-            raise ValueError(f"p_halt must lie in (0, 1), got {self.p_halt}")
-        get_graph_kernel(self.kernel)
+        check_p_halt(self.p_halt)
+        get_kernel_family(self.kernel)
         get_direction_coupling(self.train_directions)
+        resolve_device(self.device)
 
 
 @dataclass(frozen=True)
@@ -117,46 +125,64 @@ class TrainedHyperparameters:
     losses: tuple[float, ...] = ()
 
 
-def train_hyperparameters(graph: Graph, train_nodes: np.ndarray, train_targets: np.ndarray,
-                          protocol: GraphGPProtocol) -> TrainedHyperparameters:
-    """Step 1: fit κ, the kernel's hyperparameters and σ_n² of a GRF-GP by marginal likelihood (Adam)."""
+def train_model(graph: Graph, train_nodes: np.ndarray, train_targets: np.ndarray,
+                protocol: GraphGPProtocol) -> tuple[GraphGP, TrainedHyperparameters]:
+    """Step 1: fit κ, the kernel's hyperparameters and σ_n² of a GRF-GP by marginal likelihood (Adam).
+
+    :return: The trained model (``ScaleKernel(GRFKernel)`` with walks from the training
+        nodes only) and its hyperparameters.
+    """
     start = time.perf_counter()
     initial = {"gamma": protocol.initial_gamma} if protocol.kernel == "diffusion" else {}
     kernel = gpytorch.kernels.ScaleKernel(GRFKernel(
         graph, num_walkers=protocol.train_walkers, p_halt=protocol.p_halt, coupling="iid",
-        graph_kernel=get_graph_kernel(protocol.kernel, **initial), seed=protocol.seed, nodes=train_nodes,
-        proposal=protocol.proposal, directions=protocol.train_directions))
-    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+        kernel_family=get_kernel_family(protocol.kernel, **initial), seed=protocol.seed, nodes=train_nodes,
+        proposal=protocol.proposal, directions=protocol.train_directions)).to(resolve_device(protocol.device))
+    likelihood = gpytorch.likelihoods.GaussianLikelihood().to(resolve_device(protocol.device))
     model = GraphGP(torch.as_tensor(train_nodes), torch.as_tensor(train_targets, dtype=torch.float32),
                     likelihood, kernel)
     with grf_gp_settings():
         losses = fit_gp(model, likelihood, iterations=protocol.train_iterations, lr=protocol.learning_rate,
                         seed=protocol.seed)
-    return TrainedHyperparameters(
+    return model, TrainedHyperparameters(
         outputscale=float(kernel.outputscale.detach()), kernel=protocol.kernel,
-        hyperparameters=kernel.base_kernel.graph_kernel.hyperparameters(),
+        hyperparameters=kernel.base_kernel.kernel_family.hyperparameters(),
         noise=float(likelihood.noise.detach()),
         final_loss=float(losses[-1]) if losses else float("nan"),
         seconds=time.perf_counter() - start, losses=tuple(losses))
 
 
-def build_couplings(series: GraphKernelSeries, protocol: GraphGPProtocol) -> dict[str, WalkLengthCoupling]:
+def exact_counterpart(model: GraphGP) -> GraphGP:
+    """The same GP (data, likelihood, mean, outputscale, graph-kernel hyperparameters) with the exact kernel.
+
+    The GRF kernel inside ``model.covar_module`` is replaced by an
+    :class:`~gp_couple.kernels.ExactGraphKernel` sharing a copy of its ``kernel_family``
+    submodule; ``model`` itself is left unchanged.
+
+    :param model: A GP whose ``covar_module`` is a :class:`~gp_couple.kernels.GRFKernel`
+        or a ``ScaleKernel`` of one.
+    :raises TypeError: For another covariance.
+    """
+    covariance = deepcopy(model.covar_module)
+    holder = covariance if isinstance(covariance, gpytorch.kernels.ScaleKernel) else None
+    grf = holder.base_kernel if holder is not None else covariance
+    if not isinstance(grf, GRFKernel):
+        raise TypeError("model.covar_module must be a GRFKernel or a ScaleKernel of one, got "
+                        f"{type(model.covar_module).__name__}")
+    exact = ExactGraphKernel(grf.graph, grf.kernel_family, batch_shape=grf.batch_shape)
+    if holder is None:
+        covariance = exact
+    else:
+        holder.base_kernel = exact
+    return GraphGP(model.train_inputs[0], model.train_targets, deepcopy(model.likelihood), covariance,
+                   deepcopy(model.mean_module))
+
+
+def build_couplings(kernel_family: KernelFamily, protocol: GraphGPProtocol) -> dict[str, WalkLengthCoupling]:
     """i.i.d., antithetic and a σ-coupling fitted for the trained kernel (order ``sigma_order``)."""
     return walk_length_couplings(protocol.couplings, lambda: fit_sigma_coupling(
-        series, protocol.p_halt, protocol.sigma_order, samples_per_bin=protocol.sigma_fit_samples,
+        kernel_family, protocol.p_halt, protocol.sigma_order, samples_per_bin=protocol.sigma_fit_samples,
         seed=protocol.seed))
-
-
-def grf_gram(graph: Graph, series: GraphKernelSeries, outputscale: float, walkers: int, p_halt: float,
-             coupling: WalkLengthCoupling, seed: SeedLike, *, proposal: str | None = None,
-             directions: str | None = None) -> sp.csr_matrix:
-    r"""A fresh sparse estimate :math:`\kappa\,\Phi\Phi^\top` of the full Gram matrix."""
-    features = GraphRandomFeatures.sample(graph, walkers, p_halt, coupling, seed=seed, dtype=torch.float64,
-                                          proposal=proposal, directions=directions)
-    with torch.no_grad():
-        f = series.modulation(features.num_steps).reshape(-1)
-    phi = features.scipy_feature_matrix(f)
-    return (outputscale * (phi @ phi.T)).tocsr()
 
 
 def run_protocol(graph: Graph, targets: np.ndarray, train_nodes: np.ndarray, test_nodes: np.ndarray,
@@ -187,16 +213,20 @@ def run_protocol(graph: Graph, targets: np.ndarray, train_nodes: np.ndarray, tes
     shift, scale = float(values[train_nodes].mean()), float(values[train_nodes].std()) or 1.0
     standardised = (values - shift) / scale
 
-    trained = train_hyperparameters(graph, train_nodes, standardised[train_nodes], protocol)
-    series = graph_kernel_at(trained.kernel, trained.hyperparameters)
-    with torch.no_grad():
-        exact_gram = trained.outputscale * exact_kernel_matrix(series, graph).numpy()
-    exact = gp_posterior(exact_gram, train_nodes, test_nodes, standardised[train_nodes], trained.noise)
+    model, trained = train_model(graph, train_nodes, standardised[train_nodes], protocol)
+    # The comparisons are in float64, as the exact reference (the trained values are kept).
+    model.double()
+    grf: GRFKernel = model.covar_module.base_kernel
+    exact_model = exact_counterpart(model)
+    every_node = np.arange(graph.num_nodes)
+    # Read once: the reference of every Gram error below.
+    exact_gram = gram_source(exact_model).block(every_node, every_node)
+    exact = model_posterior(exact_model, test_nodes)
     exact_at_trained = {
         "test_rmse": rmse(exact.mean * scale + shift, values[test_nodes]),
         "test_nlpd": nlpd(exact.mean * scale + shift, exact.variance * scale**2, values[test_nodes])}
 
-    couplings = build_couplings(series, protocol)
+    couplings = build_couplings(grf.kernel_family, protocol)
     rng = as_numpy_generator(protocol.seed)
     rows: list[dict[str, Any]] = []
     for walkers in protocol.walkers:
@@ -204,11 +234,9 @@ def run_protocol(graph: Graph, targets: np.ndarray, train_nodes: np.ndarray, tes
             gram_errors, rmses, nlpds, kls = [], [], [], []
             for _ in progress(range(protocol.repeats), description=f"{walkers} {name} {directions} walkers",
                               unit="repeat"):
-                estimate = grf_gram(graph, series, trained.outputscale, walkers, protocol.p_halt,
-                                    coupling, rng, proposal=protocol.proposal, directions=directions)
-                gram_errors.append(relative_frobenius_error(exact_gram, estimate))
-                approx = _posterior_from_sparse(estimate, train_nodes, test_nodes,
-                                                standardised[train_nodes], trained.noise)
+                grf.resample(rng, nodes=None, num_walkers=walkers, coupling=coupling, directions=directions)
+                gram_errors.append(relative_frobenius_error(exact_gram, model))
+                approx = model_posterior(model, test_nodes)
                 rmses.append(rmse(approx.mean * scale + shift, values[test_nodes]))
                 nlpds.append(nlpd(approx.mean * scale + shift, approx.variance * scale**2, values[test_nodes]))
                 kls.append(posterior_kl(exact, approx))
@@ -219,11 +247,10 @@ def run_protocol(graph: Graph, targets: np.ndarray, train_nodes: np.ndarray, tes
     extra: dict[str, Any] = {}
     if node_posterior:
         walkers, name, directions = max(protocol.walkers), list(couplings)[-1], protocol.directions[-1]
-        estimate = grf_gram(graph, series, trained.outputscale, walkers, protocol.p_halt,
-                            couplings[name], rng, proposal=protocol.proposal, directions=directions)
-        mean, std = posterior_mean_std(estimate, train_nodes, standardised[train_nodes], trained.noise)
+        grf.resample(rng, nodes=None, num_walkers=walkers, coupling=couplings[name], directions=directions)
+        mean, variance = model_marginals(model, every_node)
         extra["node_posterior"] = {"walkers": walkers, "coupling": name, "directions": directions,
-                                   "mean": mean * scale + shift, "std": std * scale}
+                                   "mean": mean * scale + shift, "std": np.sqrt(variance) * scale}
     return {
         "trained": asdict(trained),
         "exact_at_trained": exact_at_trained,
@@ -261,50 +288,3 @@ def protocol_figures(report: dict[str, Any], folder: Path, stem: str) -> list[Pa
                                       ylabel="negative log marginal likelihood per point",
                                       title=f"{stem}: hyperparameter training"),
     ]
-
-
-def posterior_mean_std(gram: sp.spmatrix | np.ndarray, train: np.ndarray, targets: np.ndarray,
-                       noise: float, *, chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
-    r"""Predictive mean and standard deviation of noisy observations at every node.
-
-    .. math::
-
-        \mu = K_{\cdot t}(K_{tt} + \sigma_n^2 I)^{-1}\mathbf y, \qquad
-        v_i = K_{ii} + \sigma_n^2 - K_{it}(K_{tt} + \sigma_n^2 I)^{-1}K_{ti}
-
-    (only the marginal variances: columns are processed ``chunk`` nodes at a time, so
-    memory stays at the training block plus ``chunk`` columns).
-
-    :param gram: Full Gram matrix, dense or sparse ``(N, N)``.
-    :param train: Training node indices.
-    :param targets: Training targets.
-    :param noise: Likelihood noise variance :math:`\sigma_n^2`.
-    :param chunk: Nodes per block of the variance computation.
-    :return: ``(mean, std)``, each ``(N,)``.
-    """
-    import scipy.linalg
-
-    matrix = sp.csr_matrix(gram) if sp.issparse(gram) else np.asarray(gram)
-    num_nodes = matrix.shape[0]
-    block = matrix[train][:, train]
-    block = block.toarray() if sp.issparse(block) else block
-    factor = scipy.linalg.cho_factor(block + noise * np.eye(len(train)), lower=True)
-    weights = scipy.linalg.cho_solve(factor, np.asarray(targets, dtype=np.float64))
-    train_rows = matrix[train]
-    mean = np.asarray(train_rows.T @ weights).reshape(-1)
-    diagonal = np.asarray(matrix.diagonal()).reshape(-1)
-    variance = np.empty(num_nodes)
-    for start in range(0, num_nodes, chunk):
-        columns = train_rows[:, start:start + chunk]
-        columns = columns.toarray() if sp.issparse(columns) else columns
-        solved = scipy.linalg.solve_triangular(factor[0], columns, lower=True)
-        variance[start:start + chunk] = diagonal[start:start + chunk] + noise - (solved**2).sum(axis=0)
-    # Rounding can leave tiny negatives where a node is fully determined by its neighbours.
-    return mean, np.sqrt(np.maximum(variance, noise))
-
-
-def _posterior_from_sparse(gram: sp.csr_matrix, train: np.ndarray, test: np.ndarray,
-                           targets: np.ndarray, noise: float) -> GaussianPosterior:
-    """Posterior from the train/test blocks of a sparse Gram estimate (dense float64 solves)."""
-    return gp_posterior_from_blocks(gram[train][:, train].toarray(), gram[test][:, train].toarray(),
-                                    gram[test][:, test].toarray(), targets, noise)

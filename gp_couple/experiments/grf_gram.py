@@ -1,11 +1,12 @@
-r"""``gp-couple grf-gram``: Gram-matrix estimation with coupled GRFs (paper, fig:permuton_grf, fig:grfs_more_graphs).
+r"""``gp-couple grf-gram``: Gram-matrix estimation with coupled GRFs (paper, Figure 3, Section 4.2
+[fig:permuton_grf], Figure 10, Appendix F.1 [fig:grfs_more_graphs]).
 
 For each kernel, termination probability and number of walkers, the relative Frobenius
 error :math:`\|K - \widehat K\|_F / \|K\|_F` of :math:`\widehat K = \Phi\Phi^\top` is
 measured over independent repeats for i.i.d., antithetic and :math:`\sigma`-coupled
 walkers. The :math:`\sigma`-couplings are fitted first, per kernel and
-:math:`p_\mathrm{halt}`, on an Erdős–Rényi graph (N = 100, order 30: sec:graph_gp_experiments)
-and then used on the target graph.
+:math:`p_\mathrm{halt}`, on an Erdős–Rényi graph (N = 100, order 30: Section 4.2 "Experiments with
+σ-coupled GRFs" [sec:graph_gp_experiments]) and then used on the target graph.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..couplings.sigma_fit import fit_sigma_coupling
+from ..features.sigma_fit import fit_sigma_coupling
 from ..couplings.walk_lengths import SigmaCoupling
 from ..evaluation import relative_frobenius_error
 from ..exact import exact_kernel_matrix
 from ..features.grf import GraphRandomFeatures, gram_estimate
-from ..modulation import Diffusion, GraphKernelSeries, RegularisedLaplacian
+from ..kernel_families import Diffusion, KernelFamily, RegularisedLaplacian
 from ..progress import progress
 from ._couplings import (COUPLINGS, add_walk_arguments, coupling_choices, walk_length_couplings,
                          with_direction_labels)
@@ -34,8 +35,9 @@ from ._report import (add_common_arguments, add_ratio_to_baseline, emit, figure_
 KERNELS = ("regularised-laplacian", "diffusion")
 
 
-def build_kernel(name: str, args: argparse.Namespace) -> GraphKernelSeries:
-    """The experiment's kernel: 2-regularised Laplacian with sigma = 1 (app:more_grf_results) or diffusion."""
+def build_kernel(name: str, args: argparse.Namespace) -> KernelFamily:
+    """The experiment's kernel: 2-regularised Laplacian with sigma = 1 (Appendix F.1 "More results
+    for Gram matrix estimation" [app:more_grf_results]) or diffusion."""
     if name == "regularised-laplacian":
         return RegularisedLaplacian(sigma=args.sigma, degree=args.degree)
     if name == "diffusion":
@@ -43,7 +45,7 @@ def build_kernel(name: str, args: argparse.Namespace) -> GraphKernelSeries:
     raise ValueError(f"unknown kernel {name!r}; choose from {KERNELS}")
 
 
-def fitted_sigma(kernel: GraphKernelSeries, p_halt: float, args: argparse.Namespace) -> SigmaCoupling:
+def fitted_sigma(kernel: KernelFamily, p_halt: float, args: argparse.Namespace) -> SigmaCoupling:
     """A σ-coupling fitted for this kernel and p_halt on ER(100) (saved as JSON if asked)."""
     coupling = fit_sigma_coupling(kernel, p_halt, args.order, samples_per_bin=args.fit_samples,
                                   seed=args.seed)

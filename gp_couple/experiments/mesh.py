@@ -1,4 +1,6 @@
-r"""``gp-couple mesh``: probabilistic mesh interpolation with coupled GRFs (sec:graph_gp_experiments, app:grf_gp_details).
+r"""``gp-couple mesh``: probabilistic mesh interpolation with coupled GRFs (Section 4.2 "Experiments
+with σ-coupled GRFs" [sec:graph_gp_experiments], Appendix F.2 "Scalable GPs on graphs", paragraph
+"Training GRF-GPs: technical details" [app:grf_gp_details]).
 
 Faces are nodes; the target is the :math:`z`-component of each face normal, with
 :math:`\lfloor 0.05 N\rfloor` random faces held out. Runs the protocol of
@@ -17,6 +19,7 @@ from ..datasets import MeshDataset, default_mesh, load_mesh, split_test_nodes
 from ._report import (add_common_arguments, emit, figure_folder, log_figures, non_negative_int, positive_float,
                       positive_int, probability, probability_or_auto)
 from ._couplings import COUPLINGS, add_walk_arguments, coupling_choices
+from ._runtime import add_device_argument
 from ..couplings.directions import DIRECTION_COUPLINGS
 from .exact_baseline import RANGE_HYPERPARAMETERS
 from .graph_gp import GraphGPProtocol, run_protocol
@@ -54,6 +57,7 @@ def add_protocol_arguments(parser: argparse.ArgumentParser, *, walkers: list[int
                         help="Adam iterations on the marginal likelihood (default %(default)s)")
     parser.add_argument("--learning-rate", type=positive_float, default=0.05,
                         help="Adam learning rate of the hyperparameter training")
+    add_device_argument(parser)
     add_common_arguments(parser, repeats=repeats)
 
 
@@ -64,7 +68,8 @@ def protocol_from_args(args: argparse.Namespace, **overrides: Any) -> GraphGPPro
         learning_rate=args.learning_rate, walkers=tuple(args.walkers), couplings=tuple(args.couplings),
         proposal=args.proposal, directions=tuple(args.directions),
         p_halt=args.p_halt, sigma_order=args.order, sigma_fit_samples=args.fit_samples,
-        repeats=args.repeats, seed=args.seed, kernel=args.kernel, train_directions=args.train_directions)
+        repeats=args.repeats, seed=args.seed, kernel=args.kernel, train_directions=args.train_directions,
+        device=args.device)
     return GraphGPProtocol(**(settings | overrides))
 
 
@@ -113,7 +118,7 @@ def mesh_figures(dataset: MeshDataset, test: np.ndarray, report: dict[str, Any],
 def register(subparsers: Any) -> None:
     """Add the ``mesh`` sub-command."""
     parser = subparsers.add_parser("mesh", help="mesh interpolation with iid / antithetic / sigma GRF-GPs",
-                                   description="Probabilistic mesh interpolation (app:grf_gp_details).")
+                                   description="Probabilistic mesh interpolation (paper, Section 4.2 and Appendix F.2).")
     parser.add_argument("--mesh", nargs="+", default=["default"],
                         help="mesh files or names in <data-dir>/meshes "
                              f"(paper: {' '.join(PAPER_MESHES)}); 'default' is the built-in mesh")

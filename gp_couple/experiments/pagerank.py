@@ -1,10 +1,11 @@
-r"""``gp-couple pagerank``: PageRank estimation with two coupled walkers (paper, app:pagerank, fig:pagerank_results).
+r"""``gp-couple pagerank``: PageRank estimation with two coupled walkers (paper, Appendix E
+"Estimating PageRank" [app:pagerank], Figure 9, Appendix E.3 [fig:pagerank_results]).
 
 For each graph (largest connected component) and termination probability, the error
 :math:`\|\rho - \widehat\rho\|_2` of the two-walker estimator is measured over repeats
 for i.i.d., antithetic and :math:`\sigma`-coupled walkers; :math:`\sigma` is fitted for
-the PageRank objective (eq:matching_pagerank) on an Erdős–Rényi graph with N = 100 and
-permutation order 10.
+the PageRank objective (eq. (82), the PageRank matching problem, Appendix E.2
+[eq:matching_pagerank]) on an Erdős–Rényi graph with N = 100 and permutation order 10.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..couplings.sigma_fit import fit_pagerank_sigma_coupling
+from ..features.sigma_fit import fit_pagerank_sigma_coupling
 from ..couplings.walk_lengths import SigmaCoupling
 from ..pagerank import estimate_pagerank, exact_pagerank
 from ..progress import progress
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "config": {"walkers": args.walkers, "repeats": args.repeats, "order": args.order,
                    "fit_samples": args.fit_samples, "seed": args.seed, "proposal": args.proposal},
         "notes": ["error = ||rho - rho_hat||_2 (mean ± standard error over repeats), largest component",
-                  "sigma-couplings fitted for eq:matching_pagerank on Erdos-Renyi(N=100, p=0.1)"],
+                  "sigma-couplings fitted for the paper's eq. (82), Appendix E.2, on Erdos-Renyi(N=100, p=0.1)"],
         "results": results,
     }
 
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def register(subparsers: Any) -> None:
     """Add the ``pagerank`` sub-command."""
     parser = subparsers.add_parser("pagerank", help="PageRank error with iid / antithetic / sigma walkers",
-                                   description="PageRank estimation with two coupled walkers (app:pagerank).")
+                                   description="PageRank estimation with two coupled walkers (paper, Appendix E).")
     parser.add_argument("--graphs", nargs="+", default=["karate", "dolphins", "polbooks", "football"],
                         help=f"graphs (largest component of each): {PROCEDURAL_HELP}")
     parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")

@@ -1,4 +1,5 @@
-r"""``gp-couple traffic``: probabilistic interpolation of San Jose traffic speeds (sec:traffic_expt).
+r"""``gp-couple traffic``: probabilistic interpolation of San Jose traffic speeds (Appendix F.3
+"Probabilistic traffic interpolation" [sec:traffic_expt]).
 
 The 1016-node highway graph has speeds at 325 sensor nodes; 250 random sensors train
 and 75 test. GRF-GP hyperparameters are trained with 8 i.i.d. walkers, then 4, 8 and 16
@@ -35,7 +36,7 @@ import scipy.sparse as sp
 from ..datasets import TrafficDataset, load_traffic, traffic_split
 from ..halting import DEFAULT_MAX_INFLATION, halting_inflation, suggest_p_halt
 from ._report import emit, figure_folder, log_figures, positive_float, positive_int
-from .exact_baseline import exact_predictions, fit_exact_gp, graph_kernel_at
+from .exact_baseline import exact_predictions, fit_exact_gp, kernel_family_at
 from .graph_gp import protocol_figures, run_protocol
 from .mesh import add_protocol_arguments, protocol_from_args
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     exact_fit = fit_exact_gp(data.graph, args.kernel, train_nodes, standardised[train_nodes],
                              initial_values=args.exact_starts)
-    exact_kernel = graph_kernel_at(args.kernel, exact_fit.hyperparameters)
+    exact_kernel = kernel_family_at(args.kernel, exact_fit.hyperparameters)
     exact_ml = {**exact_fit.to_dict(), **exact_predictions(
         data.graph, exact_kernel, exact_fit.outputscale, exact_fit.noise, train_nodes, test_nodes,
         standardised, shift, scale)}
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if folder is not None:
         log_figures(traffic_figures(data, test_nodes, report, folder))
     trained = report["trained"]
-    trained_kernel = graph_kernel_at(trained["kernel"], trained["hyperparameters"])
+    trained_kernel = kernel_family_at(trained["kernel"], trained["hyperparameters"])
     report.update(experiment="traffic", dataset=data.name, exact_ml=exact_ml, target_scale=scale, p_halt={
         "used": p_halt, "choice": "auto" if args.p_halt == "auto" else "given",
         "max_inflation": args.max_inflation,
@@ -120,7 +121,7 @@ def traffic_figures(data: TrafficDataset, test_nodes: np.ndarray, report: dict[s
 def register(subparsers: Any) -> None:
     """Add the ``traffic`` sub-command."""
     parser = subparsers.add_parser("traffic", help="San Jose traffic-speed interpolation with GRF-GPs",
-                                   description="Probabilistic traffic interpolation (sec:traffic_expt).")
+                                   description="Probabilistic traffic interpolation (paper, Appendix F.3).")
     parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")
     parser.add_argument("--train", type=positive_int, default=250, help="training sensors")
     parser.add_argument("--test", type=positive_int, default=75, help="test sensors")

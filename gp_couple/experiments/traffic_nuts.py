@@ -1,14 +1,17 @@
 r"""``gp-couple traffic-nuts``: the posterior over the traffic GRF-GP's hyperparameters with NUTS.
 
 An extension of the paper's probabilistic traffic-interpolation experiment (section on
-San Jose traffic speeds, sec:traffic_expt), which trains the hyperparameters by
-marginal likelihood only. The traffic protocol (:mod:`gp_couple.experiments.traffic`: 250 random training sensors,
+San Jose traffic speeds, Appendix F.3 "Probabilistic traffic interpolation" [sec:traffic_expt]),
+which trains the hyperparameters by marginal likelihood only. The traffic protocol
+(:mod:`gp_couple.experiments.traffic`: 250 random training sensors,
 75 test sensors, targets standardised with the training mean and standard deviation)
 with the diffusion GRF-GP :math:`\kappa\exp(-\gamma^2\widetilde{\mathbf L})` and Gaussian
 noise :math:`\sigma_n^2`, compared four ways on the test sensors:
 
 1. ``grf_point``: the GRF-GP at its marginal-likelihood estimate (Adam, as in the
-   appendix on GRF-GP experimental details, app:grf_gp_details) of :math:`(\kappa, \gamma, \sigma_n^2)`;
+   appendix on GRF-GP experimental details, Appendix F.2 "Scalable GPs on graphs", paragraph
+   "Training GRF-GPs: technical details" [app:grf_gp_details]) of :math:`(\kappa, \gamma,
+   \sigma_n^2)`;
 2. ``grf_nuts``: the GRF-GP averaged over the NUTS posterior of :math:`(\kappa, \gamma,
    \sigma_n^2)` (one set of walks shared by every draw), started at the estimate of 1;
 3. ``exact_point`` and 4. ``exact_nuts``: the same for the exact diffusion kernel
@@ -45,7 +48,7 @@ from ..evaluation import rmse
 from ..halting import suggest_p_halt
 from ..kernels.grf import ExactGraphKernel, GRFKernel
 from ..models import GraphGP, fit_gp
-from ..modulation import Diffusion
+from ..kernel_families import Diffusion
 from ._report import (add_plot_argument, emit, figure_folder, log_figures, non_negative_int, positive_float,
                       positive_int, probability_or_auto)
 from .graph_gp import GraphGPProtocol
@@ -57,9 +60,9 @@ PRIORS = {"outputscale": (2.0, 1.5), "gamma": (2.0, 2.0), "noise": (2.0, 4.0)}
 def _model(kind: str, graph: Any, train: np.ndarray, nodes: np.ndarray, targets: np.ndarray,
            p_halt: float | None, args: argparse.Namespace) -> GraphGP:
     """A float64 GP with the priors on κ, γ and σ_n² (noise constraint Positive() to fit its prior)."""
-    series = Diffusion(1.0, gamma_prior=GammaPrior(*PRIORS["gamma"]))
-    base = (GRFKernel(graph, num_walkers=args.walkers, p_halt=p_halt, graph_kernel=series, seed=args.seed,
-                      nodes=nodes) if kind == "grf" else ExactGraphKernel(graph, graph_kernel=series))
+    family = Diffusion(1.0, gamma_prior=GammaPrior(*PRIORS["gamma"]))
+    base = (GRFKernel(graph, num_walkers=args.walkers, p_halt=p_halt, kernel_family=family, seed=args.seed,
+                      nodes=nodes) if kind == "grf" else ExactGraphKernel(graph, kernel_family=family))
     kernel = gpytorch.kernels.ScaleKernel(base, outputscale_prior=GammaPrior(*PRIORS["outputscale"]))
     likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_prior=GammaPrior(*PRIORS["noise"]),
                                                          noise_constraint=Positive())
@@ -73,7 +76,7 @@ def _finite(value: float) -> float | None:
 
 def _hyperparameters(model: GraphGP) -> dict[str, float]:
     return {"outputscale": float(model.covar_module.outputscale.detach()),
-            "gamma": float(model.covar_module.base_kernel.graph_kernel.gamma.detach()),
+            "gamma": float(model.covar_module.base_kernel.kernel_family.gamma.detach()),
             "noise": float(model.likelihood.noise.detach())}
 
 
@@ -104,7 +107,7 @@ def sample_posterior(kind: str, model: GraphGP, test: np.ndarray, speeds: np.nda
     posterior_model = load_samples(copy.deepcopy(model), result)
     diagnostics = result.diagnostics
     names = {"covar_module.outputscale_prior": "outputscale", "likelihood.noise_covar.noise_prior": "noise",
-             "covar_module.base_kernel.graph_kernel.gamma_prior": "gamma"}
+             "covar_module.base_kernel.kernel_family.gamma_prior": "gamma"}
     sites = {names[site.name]: {"mean": site.mean[0], "std": site.std[0], "r_hat": _finite(site.r_hat[0]),
                                 "ess": _finite(site.ess[0])} for site in diagnostics.sites}
     return {"model": f"{kind}_nuts", "seconds": diagnostics.total_wall_time,
@@ -131,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not args.no_exact:
             points["exact"] = fit_point("exact", *common, None, args)
         # The traffic protocol's rule: walks long enough for the exact estimate's range.
-        p_halt = (suggest_p_halt(points["exact"][0].covar_module.base_kernel.graph_kernel)
+        p_halt = (suggest_p_halt(points["exact"][0].covar_module.base_kernel.kernel_family)
                   if args.p_halt == "auto" else args.p_halt)
         points = {"grf": fit_point("grf", *common, p_halt, args), **points}
         rows: list[dict[str, Any]] = []

@@ -92,6 +92,27 @@ def _write_row_walks(indptr, indices, ratios, cumulative, choice_degrees, start,
     return position
 
 
+@njit(inline="always", cache=True)
+def _next_spread_slot(counter, bits, size):  # pragma: no cover - compiled
+    """Next slot of the bit-reversal permutation of ``0..size-1`` and the advanced counter.
+
+    The counter runs over ``0..2**bits - 1``; its ``bits``-bit reversal is the slot, and
+    reversals ``>= size`` are skipped (at most half of the values, so two steps on
+    average). The slots taken in order are a permutation of ``0..size-1`` (so the group's
+    points ``frac(U + slot/size)`` stay one stratified set) in which every prefix of
+    length ``2**b`` is spread evenly (van der Corput order).
+    """
+    while True:
+        value = counter
+        counter += 1
+        reversed_value = 0
+        for _ in range(bits):
+            reversed_value = (reversed_value << 1) | (value & 1)
+            value >>= 1
+        if reversed_value < size:
+            return reversed_value, counter
+
+
 @njit(cache=True)
 def _repelling_scratch(num_walkers):  # pragma: no cover - compiled
     """Per-thread scratch of :func:`_repelling_row`: walker state, group state and a small hash table.
@@ -102,7 +123,7 @@ def _repelling_scratch(num_walkers):  # pragma: no cover - compiled
     table = 2
     while table < 2 * num_walkers:
         table *= 2
-    walkers = np.empty((threads, 7, num_walkers), dtype=np.int64)
+    walkers = np.empty((threads, 9, num_walkers), dtype=np.int64)
     table_node = np.full((threads, table), -1, dtype=np.int64)
     return (walkers, np.empty((threads, num_walkers), dtype=np.float64),
             np.empty((threads, num_walkers), dtype=np.float64),
@@ -118,14 +139,20 @@ def _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, r
 
     At step ``t`` the active walkers on node ``v`` form a group of size ``k``; the group
     draws one uniform ``U`` from the stream keyed by ``(start, t, v)`` and its ``j``-th
-    walker (walkers ordered by decreasing length) moves with ``frac(U + j / k)``.
+    walker (walkers ordered by decreasing length) moves with ``frac(U + s_k(j) / k)``,
+    where :func:`_spread_slots` gives ``s_k``, a permutation of ``0..k-1`` whose prefixes
+    are spread over the circle. Consecutive ranks must not get consecutive slots: the
+    longest walkers, which carry the long-range terms of the features, would then take
+    the same neighbour at every node they share and move as one block, so the variance
+    of those terms would stop falling with the number of walkers.
     Entries land where :func:`_write_row_walks` puts them (each walker's moves
     contiguous, walkers in order). With ``write_entries`` false nothing is written and
     ``walkers[0]`` ends as the endpoints. ``table_node`` must be all -1 on entry (it is
     left so).
     """
-    current, cursor, order, group, rank, group_size, used = (
-        walkers[0], walkers[1], walkers[2], walkers[3], walkers[4], walkers[5], walkers[6])
+    current, cursor, order, group, rank, group_size, used, group_bits, group_counter = (
+        walkers[0], walkers[1], walkers[2], walkers[3], walkers[4], walkers[5], walkers[6],
+        walkers[7], walkers[8])
     num_walkers = row_lengths.size
     num_nodes = np.uint64(choice_degrees.size)
     if write_entries:
@@ -178,10 +205,18 @@ def _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, r
         for g in range(groups):
             table_node[used[g]] = -1
             group_spacing[g] = 1.0 / group_size[g]
+            bits = 0
+            while (1 << bits) < group_size[g]:
+                bits += 1
+            group_bits[g] = bits
+            group_counter[g] = 0
+        # Walkers reach their group's slots in rank order, so one counter per group
+        # enumerates s_k(0), s_k(1), ... (see _next_spread_slot).
         for i in range(active):
             k = order[i]
             g = group[i]
-            u = group_uniform[g] + rank[i] * group_spacing[g]
+            slot, group_counter[g] = _next_spread_slot(group_counter[g], group_bits[g], group_size[g])
+            u = group_uniform[g] + slot * group_spacing[g]
             u -= np.float64(u >= 1.0)  # frac(U + j/k); a branch here would be mispredicted often
             node = current[k]
             edge = _choose_edge(indptr, cumulative, choice_degrees, node, u)

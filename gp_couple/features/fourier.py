@@ -1,4 +1,5 @@
-r"""Random Fourier and random Laplace feature maps for the Gaussian kernel (paper, sec:rffs_and_rlfs).
+r"""Random Fourier and random Laplace feature maps for the Gaussian kernel (paper, Section 3 "Random
+Fourier features and random Laplace features" [sec:rffs_and_rlfs]).
 
 Both maps estimate
 
@@ -31,24 +32,34 @@ __all__ = [
     "gaussian_kernel",
     "feature_map",
     "num_feature_columns",
+    "check_finite_inputs",
     "FEATURE_MAPS",
 ]
 
 
-def _check_inputs(x: Tensor, name: str) -> None:
+def _check_inputs(x: Tensor, name: str, check_finite: bool = True) -> None:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() < 2:
         raise ValueError(f"{name} must have shape (..., n, d), got {tuple(x.shape)}")
     if not x.dtype.is_floating_point:
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    if not torch.isfinite(x).all():
+    if check_finite:
+        check_finite_inputs(x, name)
+
+
+def check_finite_inputs(x: Tensor, name: str) -> None:
+    """Raise if ``x`` holds NaN or infinite values (reads one flag back from the device).
+
+    :raises ValueError: Naming ``name``.
+    """
+    if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} contains NaN or infinite values")
 
 
 def _check(x: Tensor, frequencies: Tensor, lengthscale: Tensor | float | None,
-           name: str = "x") -> tuple[Tensor, Tensor, Tensor | float | None]:
-    _check_inputs(x, name)
+           name: str = "x", check_finite: bool = True) -> tuple[Tensor, Tensor, Tensor | float | None]:
+    _check_inputs(x, name, check_finite)
     if not isinstance(frequencies, Tensor):
         raise TypeError(f"frequencies must be a torch.Tensor, got {type(frequencies).__name__}")
     if frequencies.dim() < 2:
@@ -76,8 +87,8 @@ def _projections(x: Tensor, frequencies: Tensor, lengthscale: Tensor | float | N
 
 
 def random_fourier_features(x: Tensor, frequencies: Tensor,
-                            lengthscale: Tensor | float | None = None) -> Tensor:
-    r"""Random Fourier features (paper, eq:rff_exp).
+                            lengthscale: Tensor | float | None = None, *, check_finite: bool = True) -> Tensor:
+    r"""Random Fourier features (paper, eq. (3), the RFF map, Section 3 [eq:rff_exp]).
 
     .. math::
 
@@ -93,9 +104,11 @@ def random_fourier_features(x: Tensor, frequencies: Tensor,
     :param frequencies: Frequencies ``(..., m, d)``.
     :param lengthscale: Optional lengthscale: the map is applied to :math:`\boldsymbol x / \ell`.
         A float or a tensor shaped like gpytorch's (``(..., 1, d)`` or ``(..., 1, 1)``).
+    :param check_finite: Check that ``x`` is finite (a host synchronisation on an
+        accelerator); callers that checked these inputs already pass ``False``.
     :return: Features ``(..., n, 2m)``.
     """
-    x, frequencies, lengthscale = _check(x, frequencies, lengthscale)
+    x, frequencies, lengthscale = _check(x, frequencies, lengthscale, check_finite=check_finite)
     projections = _projections(x, frequencies, lengthscale)
     features = torch.cat([torch.sin(projections), torch.cos(projections)], dim=-1)
     # In place: neither cat nor a scalar product needs this tensor for its backward.
@@ -103,9 +116,9 @@ def random_fourier_features(x: Tensor, frequencies: Tensor,
 
 
 def _positive_features(x: Tensor, frequencies: Tensor, lengthscale: Tensor | float | None,
-                       norm_weight: float) -> Tensor:
+                       norm_weight: float, check_finite: bool) -> Tensor:
     r""":math:`m^{-1/2}\exp(\boldsymbol\omega^\top\boldsymbol x - c\|\boldsymbol x\|^2)` on :math:`\boldsymbol x / \ell`."""
-    x, frequencies, lengthscale = _check(x, frequencies, lengthscale)
+    x, frequencies, lengthscale = _check(x, frequencies, lengthscale, check_finite=check_finite)
     scaled = x if lengthscale is None else x / lengthscale
     # Prefactors folded into the exponent: no overflow of exp(w.x) for large inputs, and
     # no extra n x m product.
@@ -114,8 +127,8 @@ def _positive_features(x: Tensor, frequencies: Tensor, lengthscale: Tensor | flo
 
 
 def random_laplace_features(x: Tensor, frequencies: Tensor,
-                            lengthscale: Tensor | float | None = None) -> Tensor:
-    r"""Random Laplace (positive) features (paper, eq:rlf_exp).
+                            lengthscale: Tensor | float | None = None, *, check_finite: bool = True) -> Tensor:
+    r"""Random Laplace (positive) features (paper, eq. (4), the RLF map, Section 3 [eq:rlf_exp]).
 
     .. math::
 
@@ -129,13 +142,14 @@ def random_laplace_features(x: Tensor, frequencies: Tensor,
     :param x: Inputs ``(..., n, d)``.
     :param frequencies: Frequencies ``(..., m, d)``.
     :param lengthscale: Optional lengthscale, as in :func:`random_fourier_features`.
+    :param check_finite: As in :func:`random_fourier_features`.
     :return: Features ``(..., n, m)``.
     """
-    return _positive_features(x, frequencies, lengthscale, 1.0)
+    return _positive_features(x, frequencies, lengthscale, 1.0, check_finite)
 
 
 def softmax_kernel_features(x: Tensor, frequencies: Tensor,
-                            lengthscale: Tensor | float | None = None) -> Tensor:
+                            lengthscale: Tensor | float | None = None, *, check_finite: bool = True) -> Tensor:
     r"""Positive random features of the softmax kernel :math:`\exp(\boldsymbol x^\top \boldsymbol y)` (Performers).
 
     .. math::
@@ -143,15 +157,16 @@ def softmax_kernel_features(x: Tensor, frequencies: Tensor,
         \phi_\mathrm{SM}(\boldsymbol x) = \exp(\|\boldsymbol x\|^2 / 2)\,\phi_\mathrm{RLF}(\boldsymbol x)
         = \sqrt{\tfrac1m}\big[\exp(\boldsymbol\omega_i^\top\boldsymbol x - \|\boldsymbol x\|^2/2)\big]_{i=1}^m,
 
-    the features app:performers uses for attention
+    the features Appendix B.3 "Norm-coupled RLFs in Performers" [app:performers] uses for attention
     :math:`a_{ij} = k(\boldsymbol x_i, \boldsymbol x_j) / \sum_l k(\boldsymbol x_i, \boldsymbol x_l)`.
 
     :param x: Queries or keys ``(..., n, d)``.
     :param frequencies: Frequencies ``(..., m, d)``.
     :param lengthscale: Optional lengthscale, as in :func:`random_fourier_features`.
+    :param check_finite: As in :func:`random_fourier_features`.
     :return: Features ``(..., n, m)``.
     """
-    return _positive_features(x, frequencies, lengthscale, 0.5)
+    return _positive_features(x, frequencies, lengthscale, 0.5, check_finite)
 
 
 def gaussian_kernel(x1: Tensor, x2: Tensor | None = None) -> Tensor:
@@ -174,7 +189,8 @@ def gaussian_kernel(x1: Tensor, x2: Tensor | None = None) -> Tensor:
     return torch.exp(-0.5 * distances.square())
 
 
-#: Feature maps by name: ``"rff"`` and ``"rlf"``; called as ``fmap(x, frequencies, lengthscale=None)``.
+#: Feature maps by name: ``"rff"`` and ``"rlf"``; called as
+#: ``fmap(x, frequencies, lengthscale=None, *, check_finite=True)``.
 FEATURE_MAPS: dict[str, Callable[..., Tensor]] = {
     "rff": random_fourier_features,
     "rlf": random_laplace_features,

@@ -1,4 +1,5 @@
-r"""Vectorised random-walk sampler for graph random features (paper, app:grf_approx).
+r"""Vectorised random-walk sampler for graph random features (paper, Appendix C.1 "Constructing
+graph random features" [app:grf_approx]).
 
 A walker leaving node :math:`v_0 = i` moves to a neighbour drawn from a neighbour
 proposal :math:`P(v_{s+1} \mid v_s)` (:mod:`gp_couple.couplings.proposals`: uniform, as in
@@ -41,16 +42,13 @@ import os
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
+from .._checks import check_int, check_p_halt, is_int
 from .._random import SeedLike, as_numpy_generator, draw_seed
 from ..couplings.directions import DirectionCoupling, get_direction_coupling
 from ..couplings.proposals import NeighbourProposal, get_proposal, uniform_ratios
-from ..couplings.walk_lengths import (
-    IIDWalkLengthCoupling,
-    WalkLengthCoupling,
-    check_p_halt,
-    get_walk_length_coupling,
-)
+from ..couplings.walk_lengths import IIDWalkLengthCoupling, WalkLengthCoupling, get_walk_length_coupling
 from ..graphs import Graph
 from . import _walk_kernels as kernels
 
@@ -144,13 +142,8 @@ class WalkSteps:
 
 
 def _as_numpy_modulation(modulation: Any, max_step: int) -> np.ndarray:
-    try:
-        import torch
-
-        if isinstance(modulation, torch.Tensor):
-            modulation = modulation.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(modulation, torch.Tensor):
+        modulation = modulation.detach().cpu().numpy()
     f = np.asarray(modulation, dtype=np.float64)
     if f.ndim != 1:
         raise ValueError(f"modulation must be 1-D, got shape {f.shape}")
@@ -263,9 +256,15 @@ def walk_with_lengths(graph: Graph, lengths: Any, p_halt: float, *, seed: SeedLi
     _check_graph(graph)
     p = check_p_halt(p_halt)
     starts = _check_start_nodes(graph, start_nodes)
-    tables = get_proposal(proposal).tables(graph)
-    repelling = get_direction_coupling(directions).repelling
-    walked = validated_lengths(graph, lengths, starts)
+    proposal, directions = get_proposal(proposal), get_direction_coupling(directions)
+    return _walk(graph, validated_lengths(graph, lengths, starts), p, seed, starts, proposal, directions)
+
+
+def _walk(graph: Graph, walked: np.ndarray, p: float, seed: SeedLike, starts: np.ndarray,
+          proposal: NeighbourProposal, directions: DirectionCoupling) -> WalkSteps:
+    """:func:`walk_with_lengths` for checked arguments (validated lengths and start nodes, a float ``p``)."""
+    tables = proposal.tables(graph)
+    repelling = directions.repelling
     num_walkers = walked.shape[1]
     row_sizes = 1 + walked.sum(axis=1)
     indptr = np.zeros(starts.size + 1, dtype=np.int64)
@@ -291,18 +290,14 @@ def _check_graph(graph: Any) -> None:
 def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
                   coupling: WalkLengthCoupling | str, num_rows: int,
                   max_length: int | None, rng: np.random.Generator) -> np.ndarray:
-    if isinstance(num_walkers, bool) or not isinstance(num_walkers, (int, np.integer)):
-        raise TypeError(f"num_walkers must be an int, got {type(num_walkers).__name__}")
-    if num_walkers < 1:
-        raise ValueError(f"num_walkers must be >= 1, got {num_walkers}")
+    num_walkers = check_int("num_walkers", num_walkers)
     if max_length is not None:
-        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)):
+        if not is_int(max_length):
             raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
         if not 0 <= max_length <= MAX_WALK_LENGTH:
             raise ValueError(f"max_length must lie in [0, {MAX_WALK_LENGTH}], got {max_length}")
-    _check_walk_memory(num_rows, int(num_walkers), p_halt, max_length)
-    lengths = get_walk_length_coupling(coupling).sample_lengths(num_rows, int(num_walkers),
-                                                                p_halt, rng)
+    _check_walk_memory(num_rows, num_walkers, p_halt, max_length)
+    lengths = get_walk_length_coupling(coupling).sample_lengths(num_rows, num_walkers, p_halt, rng)
     if lengths.shape != (num_rows, num_walkers):
         raise ValueError(
             f"coupling {coupling!r} returned lengths of shape {lengths.shape}, expected "
@@ -361,8 +356,8 @@ def sample_walks(graph: Graph, num_walkers: int, p_halt: float,
     starts, lengths, walk_seed = sample_walk_lengths(
         graph, num_walkers, p_halt, coupling, max_length=max_length, seed=seed,
         start_nodes=start_nodes)
-    return walk_with_lengths(graph, lengths, p_halt, seed=walk_seed, start_nodes=starts,
-                             proposal=proposal, directions=directions)
+    # sample_walk_lengths checked p_halt and returned validated lengths and start nodes.
+    return _walk(graph, lengths, float(p_halt), walk_seed, starts, proposal, directions)
 
 
 def walk_endpoints_with_lengths(graph: Graph, lengths: Any, *, seed: SeedLike = None,
@@ -371,9 +366,15 @@ def walk_endpoints_with_lengths(graph: Graph, lengths: Any, *, seed: SeedLike = 
     """Endpoints of walks with given lengths, int64 ``(rows, m)``; same walks as :func:`walk_with_lengths`."""
     _check_graph(graph)
     starts = _check_start_nodes(graph, start_nodes)
-    tables = get_proposal(proposal).tables(graph)
-    repelling = get_direction_coupling(directions).repelling
-    walked = validated_lengths(graph, lengths, starts)
+    proposal, directions = get_proposal(proposal), get_direction_coupling(directions)
+    return _endpoints(graph, validated_lengths(graph, lengths, starts), seed, starts, proposal, directions)
+
+
+def _endpoints(graph: Graph, walked: np.ndarray, seed: SeedLike, starts: np.ndarray,
+               proposal: NeighbourProposal, directions: DirectionCoupling) -> np.ndarray:
+    """:func:`walk_endpoints_with_lengths` for checked arguments (validated lengths and start nodes)."""
+    tables = proposal.tables(graph)
+    repelling = directions.repelling
     endpoints = np.empty(walked.shape, dtype=np.int64)
     with kernels.threads_for(int(walked.sum()) + walked.size):
         kernels.walk_endpoints(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
@@ -387,7 +388,8 @@ def sample_walk_endpoints(graph: Graph, num_walkers: int, p_halt: float,
                           max_length: int | None = None, seed: SeedLike = None,
                           start_nodes: Any = None, proposal: NeighbourProposal | str | None = None,
                           directions: DirectionCoupling | str | None = None) -> np.ndarray:
-    """Where each walk ends: int64 array ``(rows, m)`` (PageRank estimation, app:pagerank).
+    """Where each walk ends: int64 array ``(rows, m)`` (PageRank estimation, Appendix E "Estimating
+    PageRank" [app:pagerank]).
 
     Arguments as in :func:`sample_walks`; the proposal is the Markov chain whose
     PageRank is estimated.
@@ -396,5 +398,5 @@ def sample_walk_endpoints(graph: Graph, num_walkers: int, p_halt: float,
     starts, lengths, walk_seed = sample_walk_lengths(
         graph, num_walkers, p_halt, coupling, max_length=max_length, seed=seed,
         start_nodes=start_nodes)
-    return walk_endpoints_with_lengths(graph, lengths, seed=walk_seed, start_nodes=starts,
-                                       proposal=proposal, directions=directions)
+    # sample_walk_lengths returned validated lengths and start nodes.
+    return _endpoints(graph, lengths, walk_seed, starts, proposal, directions)

@@ -1,7 +1,9 @@
 """GPyTorch kernels."""
 
 from .random_features import CoupledRandomFeatureKernel, CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
-from .grf import ExactGraphKernel, GraphNodeKernel, GRFKernel
+from .exact_graph import ExactGraphKernel
+from .graph_node import GraphNodeKernel
+from .grf import GRFKernel
 from .matrix_free import MatrixFreeGraphKernel
 
 __all__ = [

@@ -21,7 +21,7 @@ Costs on a graph with :math:`\mathrm{nnz}` stored adjacency entries and degree :
   :math:`\lceil J'/2\rceil\,\mathrm{nnz}` per node asked for (:math:`J' \approx 1.25 J`),
   kept on the graph, then :math:`O(J)` per node.
 
-The ``graph_kernel`` submodule is the same as in :class:`~gp_couple.kernels.GRFKernel` and
+The ``kernel_family`` submodule is the same as in :class:`~gp_couple.kernels.GRFKernel` and
 :class:`~gp_couple.kernels.ExactGraphKernel`, so state dicts transfer between the three
 (``strict=False`` to ignore GRF walk buffers).
 """
@@ -33,8 +33,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._deprecation import renamed_keywords
 from ..graphs import Graph
-from ..modulation import GraphKernelSeries
+from ..kernel_families import KernelFamily
 from ..operators.chebyshev import (
     DEFAULT_MAX_DEGREE,
     DEFAULT_TOLERANCE,
@@ -44,7 +45,7 @@ from ..operators.chebyshev import (
     check_tolerance,
     chebyshev_expansion,
 )
-from .grf import GraphNodeKernel
+from .graph_node import GraphNodeKernel
 
 __all__ = ["MatrixFreeGraphKernel", "chebyshev_basis"]
 
@@ -71,7 +72,8 @@ class MatrixFreeGraphKernel(GraphNodeKernel):
     are construction settings, not saved in the state dict.
 
     :param graph: The graph.
-    :param graph_kernel: The graph kernel family (default :class:`~gp_couple.modulation.Diffusion`).
+    :param kernel_family: The kernel family (default :class:`~gp_couple.kernel_families.Diffusion`;
+        formerly ``graph_kernel``, still accepted with a ``DeprecationWarning``).
     :param tolerance: Relative truncation tolerance in ``[1e-14, 1)`` (default ``1e-8``).
     :param max_degree: Largest Chebyshev degree; a kernel needing more raises ``ValueError``
         when evaluated (default 2000).
@@ -81,11 +83,12 @@ class MatrixFreeGraphKernel(GraphNodeKernel):
     :raises ValueError: If ``tolerance`` or ``max_degree`` is out of range.
     """
 
-    def __init__(self, graph: Graph, graph_kernel: GraphKernelSeries | None = None, *,
+    @renamed_keywords(graph_kernel="kernel_family")
+    def __init__(self, graph: Graph, kernel_family: KernelFamily | None = None, *,
                  tolerance: float = DEFAULT_TOLERANCE, max_degree: int = DEFAULT_MAX_DEGREE,
                  batch_shape: torch.Size = torch.Size(), **kwargs: Any) -> None:
         tolerance, max_degree = check_tolerance(tolerance, max_degree)
-        super().__init__(graph, graph_kernel, batch_shape=batch_shape, **kwargs)
+        super().__init__(graph, kernel_family, batch_shape=batch_shape, **kwargs)
         self.tolerance = tolerance
         self.max_degree = max_degree
 
@@ -96,7 +99,7 @@ class MatrixFreeGraphKernel(GraphNodeKernel):
 
     def expansion(self) -> ChebyshevExpansion:
         r"""The truncated Chebyshev expansion at the current hyperparameters (differentiable)."""
-        return chebyshev_expansion(self.graph_kernel, self.tolerance, self.max_degree)
+        return chebyshev_expansion(self.kernel_family, self.tolerance, self.max_degree)
 
     def truncation(self) -> dict[str, Any]:
         r"""Degree :math:`J` and error bounds at the current hyperparameters, as plain numbers.
@@ -108,7 +111,7 @@ class MatrixFreeGraphKernel(GraphNodeKernel):
             return self.expansion().to_dict()
 
     def _dtype(self) -> torch.dtype:
-        for tensor in list(self.graph_kernel.parameters()) + list(self.graph_kernel.buffers()):
+        for tensor in list(self.kernel_family.parameters()) + list(self.kernel_family.buffers()):
             if tensor.is_floating_point():
                 return tensor.dtype
         return torch.get_default_dtype()

@@ -1,4 +1,5 @@
-r"""GPyTorch kernels built from coupled random Fourier / Laplace features (paper, sec:rffs_and_rlfs).
+r"""GPyTorch kernels built from coupled random Fourier / Laplace features (paper, Section 3 "Random
+Fourier features and random Laplace features" [sec:rffs_and_rlfs]).
 
 :class:`CoupledRFFKernel` and :class:`CoupledRLFKernel` approximate the Gaussian kernel
 
@@ -47,7 +48,8 @@ from ..couplings.frequencies import (
     check_positive_int,
     get_frequency_coupling,
 )
-from ..features.fourier import feature_map, gaussian_kernel, num_feature_columns
+from ..features.fourier import check_finite_inputs, feature_map, gaussian_kernel, num_feature_columns
+from ._inputs import InputCache, same_inputs
 
 __all__ = [
     "CoupledRandomFeatureKernel",
@@ -94,6 +96,8 @@ class CoupledRandomFeatureKernel(Kernel):
         num_features = check_positive_int("num_features", num_features)
         num_dims = self._infer_num_dims(num_dims, kwargs.get("ard_num_dims"), kwargs.get("active_dims"))
         super().__init__(**kwargs)
+        # Inputs checked to be finite: a training loop checks its inputs once, not every step.
+        self._finite_inputs = InputCache()
         self.num_dims = num_dims
         self._num_features = num_features
         self.coupling = get_frequency_coupling(
@@ -220,7 +224,10 @@ class CoupledRandomFeatureKernel(Kernel):
         if x.shape[-1] != self.num_dims:
             raise ValueError(f"{name} has {x.shape[-1]} input dimensions but the kernel was built "
                              f"for num_dims={self.num_dims}")
-        return self._feature_fn(x, self.frequencies, self.lengthscale)
+        if self._finite_inputs.get(x) is None:
+            check_finite_inputs(x, name)
+            self._finite_inputs.put(x, True)
+        return self._feature_fn(x, self.frequencies, self.lengthscale, check_finite=False)
 
     def features(self, x: Tensor) -> Tensor:
         r"""Feature matrix :math:`\phi(\boldsymbol x / \boldsymbol\ell)` ``(..., n, F)`` (``active_dims`` applied).
@@ -241,7 +248,7 @@ class CoupledRandomFeatureKernel(Kernel):
             raise ValueError("last_dim_is_batch is not supported by random-feature kernels: "
                              "their frequencies live in the full input space")
         z1 = self._featurize(x1, "x1")
-        x1_eq_x2 = x1 is x2 or (x1.shape == x2.shape and torch.equal(x1, x2))
+        x1_eq_x2 = same_inputs(x1, x2)
         z2 = z1 if x1_eq_x2 else self._featurize(x2, "x2")
         if diag:
             return (z1 * z2).sum(-1)
@@ -263,7 +270,8 @@ class CoupledRandomFeatureKernel(Kernel):
 
 
 class CoupledRFFKernel(CoupledRandomFeatureKernel):
-    r"""Gaussian kernel estimated by coupled random Fourier features (paper, eq:rff_exp).
+    r"""Gaussian kernel estimated by coupled random Fourier features (paper, eq. (3), the RFF map,
+    Section 3 [eq:rff_exp]).
 
     .. math::
 
@@ -284,7 +292,8 @@ class CoupledRFFKernel(CoupledRandomFeatureKernel):
 
 
 class CoupledRLFKernel(CoupledRandomFeatureKernel):
-    r"""Gaussian kernel estimated by coupled random Laplace features (paper, eq:rlf_exp).
+    r"""Gaussian kernel estimated by coupled random Laplace features (paper, eq. (4), the RLF map,
+    Section 3 [eq:rlf_exp]).
 
     .. math::
 
@@ -313,7 +322,8 @@ class CoupledRLFKernel(CoupledRandomFeatureKernel):
 def gram_rmse(coupling: FrequencyCoupling | str, inputs: Tensor, num_features: int,
               feature_map_name: str = "rff", *, num_draws: int = 1, seed: SeedLike = None,
               exact: Tensor | None = None) -> Tensor:
-    r"""Per-draw RMSE of the estimated Gram matrix (paper, eq:rmseloss, before the expectation).
+    r"""Per-draw RMSE of the estimated Gram matrix (paper, eq. (35), the copula's RMSE loss,
+    Appendix A.5 [eq:rmseloss], before the expectation).
 
     .. math::
 
@@ -346,16 +356,19 @@ def gram_rmse(coupling: FrequencyCoupling | str, inputs: Tensor, num_features: i
 def fit_coupling(kernel: CoupledRandomFeatureKernel, inputs: Tensor, *, num_steps: int = 500,
                  learning_rate: float = 1e-2, samples_per_step: int = 8,
                  seed: SeedLike = None) -> list[float]:
-    r"""Fit a learnable coupling's parameters to minimise the kernel RMSE on data (paper, app:copulas).
+    r"""Fit a learnable coupling's parameters to minimise the kernel RMSE on data (paper, Appendix
+    A.5 "Copulas as numerical OT solvers" [app:copulas]).
 
-    Minimises eq:rmseloss, :math:`\mathcal L(\boldsymbol\theta) = \mathbb E\,\mathrm{RMSE}`,
-    by Adam with the reparameterisation trick: every step draws ``samples_per_step``
+    Minimises eq. (35), the copula's RMSE loss, Appendix A.5 [eq:rmseloss], :math:`\mathcal
+    L(\boldsymbol\theta) = \mathbb E\,\mathrm{RMSE}`, by Adam with the reparameterisation trick:
+    every step draws ``samples_per_step``
     fresh noise sets and averages their Gram RMSEs on ``inputs`` scaled by the kernel's
     (fixed) lengthscale. Only the coupling's parameters change; the kernel's stored
     noise is untouched, and its frequencies follow the fitted coupling immediately.
 
     :param kernel: Kernel whose ``coupling`` has trainable parameters.
-    :param inputs: Training inputs ``(N, D)`` (``active_dims`` applied here).
+    :param inputs: Training inputs ``(N, D)`` (``active_dims`` applied here; moved to the
+        kernel's device and dtype).
     :param num_steps: Optimisation steps.
     :param learning_rate: Adam learning rate.
     :param samples_per_step: Noise draws per step (more gives smoother gradients).
@@ -375,13 +388,15 @@ def fit_coupling(kernel: CoupledRandomFeatureKernel, inputs: Tensor, *, num_step
         raise ValueError(f"learning_rate must be positive and finite, got {learning_rate}")
     if not isinstance(inputs, Tensor) or inputs.dim() != 2:
         raise ValueError("inputs must be a 2-D tensor (N, D)")
+    reference = kernel.raw_lengthscale
+    inputs = inputs.to(device=reference.device, dtype=reference.dtype)
     if kernel.active_dims is not None:
         inputs = inputs.index_select(-1, kernel.active_dims)
     if inputs.shape[-1] != kernel.num_dims:
         raise ValueError(f"inputs have {inputs.shape[-1]} dimensions but the kernel has "
                          f"num_dims={kernel.num_dims}")
     with torch.no_grad():
-        scaled = inputs.to(kernel.dtype) / kernel.lengthscale.reshape(-1)
+        scaled = inputs / kernel.lengthscale.reshape(-1)
         exact = gaussian_kernel(scaled)
     rng = as_numpy_generator(seed)
     optimizer = torch.optim.Adam(parameters, lr=learning_rate)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from .chebyshev import ChebyshevBasis, ChebyshevExpansion, ChebyshevKernelLinearOperator, chebyshev_expansion
 from .grf_gram import GRFGramLinearOperator
-from .sparse_features import CSRPattern, SparseFeatureLinearOperator, segment_sum, sparse_matmul
+from .csr_pattern import CSRPattern, segment_sum
+from .sparse_feature_operator import SparseFeatureLinearOperator
+from .sparse_products import sparse_matmul
 
 __all__ = [
     "ChebyshevBasis",

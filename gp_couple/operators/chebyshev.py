@@ -1,6 +1,6 @@
 r"""Graph kernels applied matrix-free as Chebyshev polynomials of the normalised adjacency.
 
-Every graph kernel of :mod:`gp_couple.modulation` is a function
+Every kernel family of :mod:`gp_couple.kernel_families` is a function
 :math:`g_\theta(\widetilde{\mathbf W})` of the normalised adjacency, whose eigenvalues lie in
 :math:`[-1, 1]` (paper, section on graph node kernels, eq. for the normalised Laplacian).
 Expanding :math:`g_\theta` in Chebyshev polynomials of the first kind,
@@ -22,7 +22,7 @@ changes :math:`\mathbf K` by at most :math:`\sum_{j > J}|c_j|` in operator norm;
 :math:`J` is chosen from that bound (:func:`chebyshev_expansion`).
 
 * :func:`chebyshev_expansion`: coefficients :math:`c_j(\theta)` of a
-  :class:`~gp_couple.modulation.GraphKernelSeries`, differentiable, with the truncation bound.
+  :class:`~gp_couple.kernel_families.KernelFamily`, differentiable, with the truncation bound.
 * :class:`ChebyshevBasis`: the sparse :math:`\widetilde{\mathbf W}`, its recurrences and
   the cached, hyperparameter-free diagonals :math:`T_j(\widetilde{\mathbf W})_{ii}`.
 * :class:`ChebyshevKernelLinearOperator`: the block :math:`\mathbf K_{AB}` on node sets
@@ -42,7 +42,9 @@ from linear_operator.operators import LinearOperator
 from linear_operator.utils.getitem import _is_noop_index, _noop_index
 from torch import Tensor
 
-from ..modulation import GraphKernelSeries
+from .._checks import check_int
+from .._deprecation import renamed_keywords
+from ..kernel_families import KernelFamily
 
 __all__ = [
     "ChebyshevBasis",
@@ -150,18 +152,15 @@ def check_tolerance(tolerance: Any, max_degree: Any) -> tuple[float, int]:
         raise TypeError(f"tolerance must be a float, got {type(tolerance).__name__}")
     if not MIN_TOLERANCE <= float(tolerance) < 1:
         raise ValueError(f"tolerance must lie in [{MIN_TOLERANCE:g}, 1), got {tolerance}")
-    if isinstance(max_degree, bool) or not isinstance(max_degree, (int, np.integer)):
-        raise TypeError(f"max_degree must be an int, got {type(max_degree).__name__}")
-    if max_degree < 1:
-        raise ValueError(f"max_degree must be >= 1, got {max_degree}")
-    return float(tolerance), int(max_degree)
+    return float(tolerance), check_int("max_degree", max_degree, 1)
 
 
-def chebyshev_expansion(series: GraphKernelSeries, tolerance: float = DEFAULT_TOLERANCE,
+@renamed_keywords(series="kernel_family")
+def chebyshev_expansion(kernel_family: KernelFamily, tolerance: float = DEFAULT_TOLERANCE,
                         max_degree: int = DEFAULT_MAX_DEGREE) -> ChebyshevExpansion:
     r"""Chebyshev expansion of a graph kernel, truncated at a stated relative tolerance.
 
-    :math:`g_\theta` (:meth:`~gp_couple.modulation.GraphKernelSeries.spectrum`) is
+    :math:`g_\theta` (:meth:`~gp_couple.kernel_families.KernelFamily.spectrum`) is
     interpolated at :math:`M = 32, 64, \dots` first-kind points until the upper half of
     the coefficients is negligible (below ``tolerance / 8`` of :math:`\sum_j|c_j|`), and
     the degree is the smallest :math:`J` with
@@ -172,7 +171,7 @@ def chebyshev_expansion(series: GraphKernelSeries, tolerance: float = DEFAULT_TO
 
     the largest over a hyperparameter batch (the second sum estimates the interpolation
     error; the left-hand side is reported as :attr:`ChebyshevExpansion.tail_bound`).
-    Polynomial families (p-step random walk, :class:`~gp_couple.modulation.PowerSeries`)
+    Polynomial families (p-step random walk, :class:`~gp_couple.kernel_families.PowerSeries`)
     are reproduced exactly at their degree;
     for analytic ones the Chebyshev series converges at least as fast as the Taylor
     series in :math:`\widetilde{\mathbf W}` (the regularised Laplacian needs
@@ -180,7 +179,7 @@ def chebyshev_expansion(series: GraphKernelSeries, tolerance: float = DEFAULT_TO
     :math:`\log(1/\mathrm{tol})\,\sigma^2`). The degree is chosen without gradients; the
     returned coefficients are differentiable in the hyperparameters.
 
-    :param series: The graph kernel (any batch shape).
+    :param kernel_family: The kernel family (any batch shape).
     :param tolerance: Relative tolerance in ``[1e-14, 1)``.
     :param max_degree: Largest degree allowed.
     :return: The truncated expansion, float64.
@@ -188,18 +187,18 @@ def chebyshev_expansion(series: GraphKernelSeries, tolerance: float = DEFAULT_TO
         regularised Laplacian with huge :math:`\sigma`, whose spectrum has a pole just
         outside :math:`[-1, 1]`), or its spectrum is not finite.
     """
-    if not isinstance(series, GraphKernelSeries):
-        raise TypeError(f"series must be a GraphKernelSeries, got {type(series).__name__}")
+    if not isinstance(kernel_family, KernelFamily):
+        raise TypeError(f"kernel_family must be a KernelFamily, got {type(kernel_family).__name__}")
     tolerance, max_degree = check_tolerance(tolerance, max_degree)
-    device = _series_device(series)
+    device = _family_device(kernel_family)
     resolution = max(tolerance / 8, 16 * torch.finfo(torch.float64).eps)
     num_points = _FIRST_POINTS
     while True:
         points = chebyshev_points(num_points, device=device)
         with torch.no_grad():
-            values = series.spectrum(points).to(torch.float64)
+            values = kernel_family.spectrum(points).to(torch.float64)
             if not bool(torch.isfinite(values).all()):
-                raise ValueError(f"{_describe(series)} has a non-finite spectrum on [-1, 1]")
+                raise ValueError(f"{_describe(kernel_family)} has a non-finite spectrum on [-1, 1]")
             magnitudes = chebyshev_coefficients(values).abs()
             scale = magnitudes.sum(-1)
             unresolved = magnitudes[..., num_points // 2:].sum(-1) > resolution * scale
@@ -207,7 +206,7 @@ def chebyshev_expansion(series: GraphKernelSeries, tolerance: float = DEFAULT_TO
             break
         if num_points // 2 > max_degree:
             raise ValueError(
-                f"{_describe(series)} needs a Chebyshev degree above max_degree={max_degree} to reach "
+                f"{_describe(kernel_family)} needs a Chebyshev degree above max_degree={max_degree} to reach "
                 f"tolerance={tolerance:g} (its spectrum varies too fast on [-1, 1]); raise max_degree "
                 "or the tolerance, or use the dense ExactGraphKernel")
         num_points *= 2
@@ -220,18 +219,18 @@ def chebyshev_expansion(series: GraphKernelSeries, tolerance: float = DEFAULT_TO
     degree = int(torch.nonzero(enough)[0])
     if degree > max_degree:
         raise ValueError(
-            f"{_describe(series)} needs Chebyshev degree {degree} > max_degree={max_degree} for "
+            f"{_describe(kernel_family)} needs Chebyshev degree {degree} > max_degree={max_degree} for "
             f"tolerance={tolerance:g}; raise max_degree or the tolerance")
-    coefficients = chebyshev_coefficients(series.spectrum(points).to(torch.float64))[..., :degree + 1]
+    coefficients = chebyshev_coefficients(kernel_family.spectrum(points).to(torch.float64))[..., :degree + 1]
     return ChebyshevExpansion(coefficients, tails[..., degree], scale, tolerance)
 
 
-def _describe(series: GraphKernelSeries) -> str:
-    return f"{type(series).__name__}({series.extra_repr()})"
+def _describe(kernel_family: KernelFamily) -> str:
+    return f"{type(kernel_family).__name__}({kernel_family.extra_repr()})"
 
 
-def _series_device(series: GraphKernelSeries) -> torch.device:
-    for tensor in list(series.parameters()) + list(series.buffers()):
+def _family_device(kernel_family: KernelFamily) -> torch.device:
+    for tensor in list(kernel_family.parameters()) + list(kernel_family.buffers()):
         return tensor.device
     return torch.device("cpu")
 

@@ -1,7 +1,8 @@
 r"""The GRF Gram matrix :math:`\widehat{\mathbf K} = \Phi_A \Phi_B^\top` as a :class:`~linear_operator.LinearOperator`.
 
-With graph random features (paper, app:grf_approx, app:grfs_for_gps) the kernel
-between two sets of nodes is estimated by
+With graph random features (paper, Appendix C.1 "Constructing graph random features"
+[app:grf_approx], Appendix F "GRFs for GPs: additional details and experimental results"
+[app:grfs_for_gps]) the kernel between two sets of nodes is estimated by
 
 .. math::
 
@@ -30,12 +31,18 @@ from linear_operator.utils.getitem import _equal_indices, _noop_index
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
-from .sparse_features import CSRPattern, SparseFeatureLinearOperator, segment_sum, sparse_matmul
+from . import preconditioner
+from .csr_pattern import CSRPattern, segment_sum
+from .sparse_feature_operator import SparseFeatureLinearOperator
+from .sparse_products import sampled_dots, sparse_matmul, spmm
 
 __all__ = ["GRFGramLinearOperator"]
 
 #: Numbers in one densified block of feature rows in :func:`_dense_product` (bounds its memory).
 _DENSE_CHUNK_ENTRIES = 1 << 22
+#: Numbers in the densified feature rows of :func:`_gram_columns` (room for the 15
+#: pivots of gpytorch's preconditioner on ~5 * 10^5 touched nodes).
+_DENSE_COLUMN_ENTRIES = 1 << 23
 
 
 def _pair_dots(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOperator,
@@ -108,20 +115,54 @@ def _dense_block(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOp
     return sparse_matmul(restricted, left.values[..., keep], block_t)
 
 
-def _entries(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOperator,
-             rows: Tensor, cols: Tensor) -> Tensor:
+def _gram_columns(rows_side: SparseFeatureLinearOperator, rows_pattern: CSRPattern,
+                  cols_side: SparseFeatureLinearOperator, cols_pattern: CSRPattern, cols: Tensor) -> Tensor:
+    r"""Columns :math:`\Phi_A\Phi_B[J]^\top` for a few distinct rows ``J`` of :math:`\Phi_B`, ``(*batch, R_A, |J|)``.
+
+    The rows ``J`` are densified on the shared compact inner space (a
+    :math:`C' \times |J|` block) and :math:`\Phi_A` multiplies them in one sparse
+    product: a pivoted-Cholesky row costs one sparse matrix-vector product.
+    ``rows_pattern`` and ``cols_pattern`` are the two patterns relabelled onto that space.
+    """
+    slots, owner, _ = cols_pattern.gather_rows(cols)
+    width, inner = cols.numel(), cols_pattern.num_columns
+    batch = cols_side.values.shape[:-1]
+    keys = (cols_pattern.columns[slots] * width + owner).expand(*batch, slots.numel())
+    dense = cols_side.values.new_zeros(*batch, inner * width).scatter(-1, keys, cols_side.values[..., slots])
+    return rows_side.compact_product(dense.reshape(*batch, inner, width), transpose=False, pattern=rows_pattern)
+
+
+def _block(gram: GRFGramLinearOperator, rows: Tensor, cols: Tensor) -> Tensor:
+    r"""The block :math:`\Phi_A[I]\Phi_B[J]^\top` (``(*batch, |I|, |J|)``; repeats allowed).
+
+    When one side asks for few rows and the other for most of its rows (a
+    pivoted-Cholesky row ``K[i, :]``, or its backward's ``K[:, pivots]``), the few rows
+    are densified on the compact inner space and multiplied by the other side's features
+    in one sparse product; otherwise both selections are multiplied block by block over
+    the nodes they visit (:func:`_dense_product`).
+    """
+    left, right = gram.left, gram.right
+    left_pattern, right_pattern = gram._inner_patterns()
+    inner = left_pattern.num_columns
+    if cols.numel() * inner <= _DENSE_COLUMN_ENTRIES and 4 * rows.numel() >= left.size(-2) \
+            and cols.numel() <= rows.numel():
+        return _gram_columns(left, left_pattern, right, right_pattern, cols)[..., rows, :]
+    if rows.numel() * inner <= _DENSE_COLUMN_ENTRIES and 4 * cols.numel() >= right.size(-2):
+        return _gram_columns(right, right_pattern, left, left_pattern, rows)[..., cols, :].mT
+    return _dense_product(left._select_rows(rows), right._select_rows(cols))
+
+
+def _entries(gram: GRFGramLinearOperator, rows: Tensor, cols: Tensor) -> Tensor:
     r"""Entries :math:`\phi_A(r_k)^\top\phi_B(s_k)` for index pairs, shape ``(*batch, P)``.
 
-    When the pairs touch few distinct rows and columns (e.g. a pivoted-Cholesky row
-    ``K[i, :]``: one row against all columns), the dense block of the distinct indices
-    is cheapest; otherwise sparse row dot products are used.
+    When the pairs touch few distinct rows and columns, the block of the distinct
+    indices is cheapest (:func:`_block`); otherwise sparse row dot products are used.
     """
     unique_rows, row_position = torch.unique(rows, return_inverse=True)
     unique_cols, col_position = torch.unique(cols, return_inverse=True)
     if unique_rows.numel() * unique_cols.numel() <= 4 * rows.numel():
-        block = _dense_product(left._select_rows(unique_rows), right._select_rows(unique_cols))
-        return block[..., row_position, col_position]
-    return _pair_dots(left, right, rows, cols)
+        return _block(gram, unique_rows, unique_cols)[..., row_position, col_position]
+    return _pair_dots(gram.left, gram.right, rows, cols)
 
 
 class GRFGramLinearOperator(LinearOperator):
@@ -176,21 +217,53 @@ class GRFGramLinearOperator(LinearOperator):
     def _size(self) -> torch.Size:
         return torch.Size((*self.left.batch_shape, self.left.size(-2), self.right.size(-2)))
 
+    def _inner_patterns(self) -> tuple[CSRPattern, CSRPattern]:
+        r"""Both feature patterns on one compact inner column space (cached on the patterns).
+
+        :math:`\Phi_A\Phi_B^\top` only sums over graph nodes that the rows' walks
+        touched, so the intermediate :math:`\Phi_B^\top X` of a product lives on those
+        columns (the union of both sides' for a cross product), never on all :math:`N`.
+        """
+        if self.is_symmetric:
+            compact = self.left.pattern.compact()[0]
+            return compact, compact
+        left, right, _ = self.left.pattern.joint_compact(self.right.pattern)
+        return left, right
+
     def _matmul(self, rhs: Tensor) -> Tensor:
-        return self.left._matmul(self.right._t_matmul(rhs))
+        left, right = self._inner_patterns()
+        inner = self.right.compact_product(rhs, transpose=True, pattern=right)
+        return self.left.compact_product(inner, transpose=False, pattern=left)
 
     def _t_matmul(self, rhs: Tensor | LinearOperator) -> Tensor:
-        return self.right._matmul(self.left._t_matmul(rhs))
+        if isinstance(rhs, LinearOperator):
+            rhs = rhs.to_dense()
+        left, right = self._inner_patterns()
+        inner = self.left.compact_product(rhs, transpose=True, pattern=left)
+        return self.right.compact_product(inner, transpose=False, pattern=right)
 
     def _transpose_nonbatch(self) -> GRFGramLinearOperator:
         return self if self.is_symmetric else self.__class__(self.right, self.left)
 
     def _bilinear_derivative(self, left_vecs: Tensor, right_vecs: Tensor) -> tuple[Tensor | None, ...]:
         # d(U^T Phi_A Phi_B^T V) = <U (V^T Phi_B), dPhi_A> + <V (U^T Phi_A), dPhi_B>
+        # Both terms are sampled products on the compact inner space (no autograd: this
+        # is called from inside gpytorch's backward passes).
         if left_vecs.ndim == 1:
             left_vecs, right_vecs = left_vecs.unsqueeze(-1), right_vecs.unsqueeze(-1)
-        (grad_left,) = self.left._bilinear_derivative(left_vecs, self.right._t_matmul(right_vecs))
-        (grad_right,) = self.right._bilinear_derivative(right_vecs, self.left._t_matmul(left_vecs))
+        left_pattern, right_pattern = self._inner_patterns()
+
+        def gradient(features: SparseFeatureLinearOperator, pattern: CSRPattern, vecs: Tensor,
+                     other: SparseFeatureLinearOperator, other_pattern: CSRPattern,
+                     other_vecs: Tensor) -> Tensor | None:
+            if not features.values.requires_grad:
+                return None
+            inner = spmm(other_pattern, other.values.detach(), other_vecs, transpose=True,
+                         transposed_values=other.transposed_values())
+            return sampled_dots(pattern, vecs, inner, features.values.shape)
+
+        grad_left = gradient(self.left, left_pattern, left_vecs, self.right, right_pattern, right_vecs)
+        grad_right = gradient(self.right, right_pattern, right_vecs, self.left, left_pattern, left_vecs)
         if not self.is_symmetric:
             return grad_left, grad_right
         if grad_left is None:
@@ -221,12 +294,26 @@ class GRFGramLinearOperator(LinearOperator):
         index = torch.arange(size, device=self.device)
         return _pair_dots(self.left, self.right, index, index)
 
+    def __getitem__(self, index: Any) -> LinearOperator | Tensor:
+        # An outer-product tensor index ``K[rows[:, None], cols[None, :]]`` (how
+        # linear_operator's apply_permutation reads pivoted-Cholesky rows) is a block:
+        # computed as one, instead of as flattened index pairs.
+        if (self.dim() == 2 and isinstance(index, tuple) and len(index) == 2
+                and all(isinstance(part, Tensor) and part.ndim == 2 and not part.dtype.is_floating_point
+                        and part.dtype != torch.bool for part in index)
+                and index[0].shape[-1] == 1 and index[1].shape[-2] == 1):
+            rows, cols = index[0][:, 0], index[1][0]
+            size_rows, size_cols = self.matrix_shape
+            return _block(self, torch.where(rows < 0, rows + size_rows, rows),
+                          torch.where(cols < 0, cols + size_cols, cols))
+        return super().__getitem__(index)
+
     def _get_indices(self, row_index: Tensor, col_index: Tensor, *batch_indices: Tensor) -> Tensor:
         shape = torch.broadcast_shapes(row_index.shape, col_index.shape,
                                        *(index.shape for index in batch_indices))
         rows = row_index.expand(shape).reshape(-1)
         cols = col_index.expand(shape).reshape(-1)
-        dots = _entries(self.left, self.right, rows, cols)  # (*batch, P)
+        dots = _entries(self, rows, cols)  # (*batch, P)
         if batch_indices:
             flat_batch = tuple(index.expand(shape).reshape(-1) for index in batch_indices)
             dots = dots[(*flat_batch, torch.arange(rows.numel(), device=self.device))]
@@ -250,6 +337,22 @@ class GRFGramLinearOperator(LinearOperator):
         if self.is_symmetric and method is None:
             return RootLinearOperator(self.left)
         return super().root_decomposition(method=method)
+
+    def pivoted_cholesky(self, rank: int, error_tol: float | None = None,
+                         return_pivots: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """linear_operator's pivoted Cholesky, whose pivots may be reused across training steps.
+
+        See :mod:`gp_couple.operators.preconditioner` (off unless
+        :class:`~gp_couple.operators.preconditioner.preconditioner_pivot_reuse` is on).
+        """
+        def compute() -> tuple[Tensor, Tensor]:
+            return super(GRFGramLinearOperator, self).pivoted_cholesky(rank, error_tol, return_pivots=True)
+
+        if not self.is_symmetric or len(self.batch_shape):
+            factor, permutation = compute()
+        else:
+            factor, permutation = preconditioner.pivoted_cholesky(self, rank, error_tol, compute)
+        return (factor, permutation) if return_pivots else factor
 
     def _square_root_method(self, method: str | None) -> str:
         # The root updates of add_low_rank/cat_rows need a square root L paired with its

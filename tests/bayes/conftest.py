@@ -35,9 +35,9 @@ def noise_likelihood() -> gpytorch.likelihoods.GaussianLikelihood:
 def graph_model(grid: Graph) -> Callable[[str], GraphGP]:
     """A GRF-GP (or exact graph GP) on 10 of the 16 grid nodes, float64, with priors on κ, γ, σ²."""
     def build(kind: str = "grf") -> GraphGP:
-        graph_kernel = Diffusion(1.0, gamma_prior=GammaPrior(3.0, 2.0))
-        base = (GRFKernel(grid, num_walkers=16, p_halt=0.4, seed=0, graph_kernel=graph_kernel) if kind == "grf"
-                else ExactGraphKernel(grid, graph_kernel=graph_kernel))
+        kernel_family = Diffusion(1.0, gamma_prior=GammaPrior(3.0, 2.0))
+        base = (GRFKernel(grid, num_walkers=16, p_halt=0.4, seed=0, kernel_family=kernel_family) if kind == "grf"
+                else ExactGraphKernel(grid, kernel_family=kernel_family))
         kernel = gpytorch.kernels.ScaleKernel(base, outputscale_prior=GammaPrior(2.0, 2.0))
         rng = np.random.default_rng(0)
         train = np.sort(rng.choice(grid.num_nodes, 10, replace=False))

@@ -153,11 +153,11 @@ def test_sum_of_graph_kernels_gets_unambiguous_names_and_the_same_matrix(grid) -
         torch.set_default_dtype(torch.float64)
         try:
             kernel = (gpytorch.kernels.ScaleKernel(GRFKernel(grid, num_walkers=8, seed=1))
-                      + gpytorch.kernels.ScaleKernel(ExactGraphKernel(grid, graph_kernel=Diffusion(0.5))))
+                      + gpytorch.kernels.ScaleKernel(ExactGraphKernel(grid, kernel_family=Diffusion(0.5))))
         finally:
             torch.set_default_dtype(torch.float32)
     adapter = GPyTorchKernel(kernel, 1)
-    assert adapter.hyperparameter_names == ("kernels_0_outputscale", "kernels_0_base_kernel_graph_kernel_gamma",
-                                            "kernels_1_outputscale", "kernels_1_base_kernel_graph_kernel_gamma")
+    assert adapter.hyperparameter_names == ("kernels_0_outputscale", "kernels_0_base_kernel_kernel_family_gamma",
+                                            "kernels_1_outputscale", "kernels_1_base_kernel_kernel_family_gamma")
     nodes = torch.arange(grid.num_nodes, dtype=torch.float64)
     torch.testing.assert_close(adapter(nodes), kernel(nodes.unsqueeze(-1)).to_dense(), rtol=1e-12, atol=1e-12)

@@ -23,8 +23,8 @@ def test_sites_of_a_matching_model(graph_model) -> None:
     sites = prior_sites(graph_model())
     names = {site.name: site for site in sites}
     assert set(names) == {"likelihood.noise_covar.noise_prior", "covar_module.outputscale_prior",
-                          "covar_module.base_kernel.graph_kernel.gamma_prior"}
-    gamma = names["covar_module.base_kernel.graph_kernel.gamma_prior"]
+                          "covar_module.base_kernel.kernel_family.gamma_prior"}
+    gamma = names["covar_module.base_kernel.kernel_family.gamma_prior"]
     assert isinstance(gamma.constraint, Positive) and gamma.shape == torch.Size([1])
     torch.testing.assert_close(gamma.current_value(), torch.ones(1, dtype=torch.float64))  # float32 round trip
 
@@ -48,7 +48,7 @@ def test_support_against_constraint(prior, constraint, fits: bool) -> None:
 def test_normal_prior_on_a_positive_gamma_is_refused(grid) -> None:
     from gp_couple import GraphGP, GRFKernel
 
-    kernel = GRFKernel(grid, seed=0, graph_kernel=Diffusion(gamma_prior=NormalPrior(1.0, 1.0)))
+    kernel = GRFKernel(grid, seed=0, kernel_family=Diffusion(gamma_prior=NormalPrior(1.0, 1.0)))
     model = GraphGP([0, 1, 2], [0.0, 1.0, 0.5], gpytorch.likelihoods.GaussianLikelihood(), kernel)
     with pytest.raises(ValueError, match="gamma_prior .*NormalPrior.*Positive"):
         prior_sites(model)

@@ -20,7 +20,7 @@ from gp_couple.exact import exact_kernel_matrix
 from gp_couple.features.grf import GraphRandomFeatures
 from gp_couple.features.walks import sample_walks, walk_endpoints_with_lengths, walk_with_lengths
 from gp_couple.graphs import Graph, grid_graph
-from gp_couple.modulation import Diffusion, RegularisedLaplacian
+from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
 from tests.features.test_walks import replicate_grams, replicated
 from tests.stats import assert_geometric, assert_unbiased
 
@@ -116,6 +116,36 @@ def test_repelling_spreads_walkers_and_keeps_lengths_geometric() -> None:
         rows = np.repeat(np.arange(steps.num_rows), np.diff(steps.indptr))[steps.steps == 1]
         spread[directions] = np.unique(rows * graph.num_nodes + first).size / first.size
     assert spread["repelling"] > spread["independent"]
+
+
+def _squared_gram_errors(graph: Graph, kernel, walkers: int, directions: str, seeds: int) -> np.ndarray:
+    exact = exact_kernel_matrix(kernel, graph).detach().numpy()
+    modulation = kernel.modulation(400).detach()
+    errors = []
+    for seed in range(seeds):
+        features = GraphRandomFeatures.sample(graph, walkers, 0.1, "antithetic", seed=seed, directions=directions)
+        phi = features.scipy_feature_matrix(modulation[: features.num_steps])
+        errors.append(np.linalg.norm((phi @ phi.T).toarray() - exact) ** 2 / np.linalg.norm(exact) ** 2)
+    return np.asarray(errors)
+
+
+def test_repelling_variance_keeps_falling_like_one_over_m_on_long_range_kernels() -> None:
+    """Regression: walkers ranked by length once took consecutive stratified slots, so the
+    longest walkers of a node moved as one block and the long-range error stalled
+    (gamma = 3: m = 256 repelling was worse than independent walkers)."""
+    graph, kernel, seeds = grid_graph(10, 10), Diffusion(3.0).double(), 12
+    independent = _squared_gram_errors(graph, kernel, 256, "independent", seeds)
+    repelling_few = _squared_gram_errors(graph, kernel, 32, "repelling", seeds)
+    repelling = _squared_gram_errors(graph, kernel, 256, "repelling", seeds)
+
+    def se(x: np.ndarray) -> float:
+        return float(x.std(ddof=1) / np.sqrt(x.size))
+
+    # Repelling must beat independent walkers by more than 5 standard errors of the difference.
+    assert repelling.mean() + 5 * np.hypot(se(repelling), se(independent)) < independent.mean()
+    # The mean squared error of an estimator averaging m walkers falls at least like 1/m.
+    bound = repelling_few.mean() * 32 / 256
+    assert repelling.mean() < bound + 5 * np.hypot(se(repelling), se(repelling_few) * 32 / 256)
 
 
 def test_repelling_is_thread_count_independent_and_endpoints_match() -> None:

@@ -1,4 +1,4 @@
-"""Tests for fitting sigma-couplings by linear assignment."""
+"""Tests for the matching problem of sigma-couplings (costs, assignment, length bins)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,14 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
 
 from gp_couple.couplings import SigmaCoupling
 from gp_couple.couplings.sigma_fit import (
     default_fitting_graph,
-    fit_pagerank_sigma_coupling,
-    fit_sigma_coupling,
     grf_matching_cost,
     quantile_bin_lengths,
+    sigma_coupling_from_cost,
 )
-from gp_couple.graphs import grid_graph
-from gp_couple.modulation import Diffusion, RegularisedLaplacian
 from tests.stats import assert_geometric
 
 
@@ -31,24 +27,16 @@ def test_matching_cost_matches_its_definition() -> None:
         assert cost[q, r] == pytest.approx(total, rel=1e-12)
 
 
-def test_fit_finds_the_assignment_minimum() -> None:
-    graph = grid_graph(4, 4)
-    fitted = fit_sigma_coupling(RegularisedLaplacian(1.0, 2), 0.4, 6, graph=graph, samples_per_bin=20, seed=3)
-    assert sorted(fitted.permutation.tolist()) == list(range(6))
-    # The assignment optimum is no worse than pairing every bin with itself.
-    assert fitted.metadata["cost"] <= fitted.metadata["identity_cost"]
-    again = fit_sigma_coupling(RegularisedLaplacian(1.0, 2), 0.4, 6, graph=graph, samples_per_bin=20, seed=3)
-    np.testing.assert_array_equal(fitted.permutation, again.permutation)
-
-
-def test_brute_force_agrees_on_small_orders() -> None:
+def test_assignment_agrees_with_brute_force_on_small_orders() -> None:
     rng = np.random.default_rng(1)
     cost = grf_matching_cost(rng.normal(size=(5, 4, 4)))
     best = min(itertools.permutations(range(5)), key=lambda p: sum(cost[q, p[q]] for q in range(5)))
-    from scipy.optimize import linear_sum_assignment
-
-    rows, columns = linear_sum_assignment(cost)
-    assert sum(cost[q, best[q]] for q in range(5)) == pytest.approx(cost[rows, columns].sum())
+    coupling = sigma_coupling_from_cost(cost, 0.3, {"objective": "test"})
+    assert isinstance(coupling, SigmaCoupling) and coupling.p_halt == 0.3
+    found = sum(cost[q, coupling.permutation[q]] for q in range(5))
+    assert found == pytest.approx(sum(cost[q, best[q]] for q in range(5)))
+    assert coupling.metadata == {"objective": "test", "cost": pytest.approx(found),
+                                 "identity_cost": pytest.approx(np.trace(cost))}
 
 
 def test_bin_lengths_cover_their_quantiles() -> None:
@@ -61,29 +49,16 @@ def test_bin_lengths_cover_their_quantiles() -> None:
     assert low.max() < high.min()
 
 
-def test_fitted_coupling_is_antitone_for_the_regularised_laplacian() -> None:
-    # Short walks pair with long ones (fig:permuton_grf insets).
-    fitted = fit_sigma_coupling(RegularisedLaplacian(1.0, 2), 0.5, 20, samples_per_bin=30, seed=0)
-    correlation = np.corrcoef(np.arange(20), fitted.permutation)[0, 1]
-    assert correlation < -0.5
-    assert fitted.p_halt == 0.5 and fitted.metadata["objective"] == "grf"
+def test_default_fitting_graph_is_the_papers_erdos_renyi_graph() -> None:
+    graph = default_fitting_graph()
+    assert graph.num_nodes == 100
 
 
-def test_pagerank_fit_and_metadata() -> None:
-    fitted = fit_pagerank_sigma_coupling(0.5, 6, samples_per_bin=200, seed=0)
-    assert isinstance(fitted, SigmaCoupling) and fitted.order == 6
-    assert fitted.metadata["cost"] <= fitted.metadata["identity_cost"]
+@pytest.mark.parametrize("name", ["fit_sigma_coupling", "fit_pagerank_sigma_coupling",
+                                  "pagerank_matching_cost"])
+def test_fitting_functions_moved_downstream_of_the_sampler(name: str) -> None:
+    import gp_couple.couplings.sigma_fit as old
+    import gp_couple.features.sigma_fit as new
 
-
-def test_errors() -> None:
-    with pytest.raises(ValueError, match="order"):
-        fit_sigma_coupling(Diffusion(), 0.4, 1)
-    with pytest.raises(TypeError, match="samples_per_bin"):
-        fit_sigma_coupling(Diffusion(), 0.4, 4, samples_per_bin=2.5)
-    with pytest.raises(TypeError, match="GraphKernelSeries"):
-        fit_sigma_coupling("diffusion", 0.4)
-    with pytest.raises(ValueError, match="unbatched"):
-        fit_sigma_coupling(Diffusion(batch_shape=torch.Size([2])), 0.4)
-    with pytest.raises(TypeError, match="Graph"):
-        fit_pagerank_sigma_coupling(0.4, 4, graph=np.eye(3))
-    assert default_fitting_graph().num_nodes == 100
+    with pytest.warns(DeprecationWarning, match=f"use gp_couple.features.sigma_fit.{name}"):
+        assert getattr(old, name) is getattr(new, name)

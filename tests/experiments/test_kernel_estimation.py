@@ -167,7 +167,7 @@ def test_low_rank_evaluation_matches_dense_gram_and_posterior() -> None:
     from gp_couple.evaluation.metrics import rmse
     from gp_couple.evaluation.posterior import gp_posterior_from_blocks, posterior_kl
     from gp_couple.experiments._exact_gp import GPHyperparameters
-    from gp_couple.experiments.kernel_estimation import _evaluate_coupling
+    from gp_couple.experiments._coupling_draws import evaluate_coupling
     from gp_couple.features.fourier import feature_map, gaussian_kernel
 
     rng = np.random.default_rng(2)
@@ -179,7 +179,7 @@ def test_low_rank_evaluation_matches_dense_gram_and_posterior() -> None:
     blocks = 1.7 * gram.numpy()
     exact = gp_posterior_from_blocks(blocks[:n_train, :n_train], blocks[n_train:, :n_train],
                                      blocks[n_train:, n_train:], y_train, 0.3)
-    result = _evaluate_coupling("pnc", "rff", scaled, gram, n_train, y_train, y_test, hyper, exact, 3, 4, 3,
+    result = evaluate_coupling("pnc", "rff", scaled, gram, n_train, y_train, y_test, hyper, exact, 3, 4, 3,
                                 np.random.default_rng(5))
     # The same draws (chunks of 3 then 1 from the same stream), evaluated densely.
     rng_check = np.random.default_rng(5)

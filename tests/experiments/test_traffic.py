@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gp_couple.cli import main
-from gp_couple.experiments.exact_baseline import exact_predictions, fit_exact_gp, graph_kernel_at
+from gp_couple.experiments.exact_baseline import exact_predictions, fit_exact_gp, kernel_family_at
 from gp_couple.graphs import grid_graph
 from gp_couple.halting import halting_inflation, suggest_p_halt
 
@@ -70,7 +70,7 @@ def test_p_halt_auto_is_refused_by_commands_without_an_exact_fit(capsys) -> None
 def test_exact_fit_maximises_the_likelihood_from_every_start() -> None:
     graph = grid_graph(7, 7)
     rng = np.random.default_rng(0)
-    truth = graph_kernel_at("diffusion", {"gamma": 2.0})
+    truth = kernel_family_at("diffusion", {"gamma": 2.0})
     from gp_couple.exact import exact_kernel_matrix
 
     gram = exact_kernel_matrix(truth, graph).detach().numpy()
@@ -81,7 +81,7 @@ def test_exact_fit_maximises_the_likelihood_from_every_start() -> None:
     ends = [restart["negative_log_likelihood"] for restart in fit.restarts]
     assert fit.negative_log_likelihood == min(ends)
     assert max(ends) - min(ends) < 1e-4  # both starts reach the same optimum
-    predictions = exact_predictions(graph, graph_kernel_at("diffusion", fit.hyperparameters), fit.outputscale,
+    predictions = exact_predictions(graph, kernel_family_at("diffusion", fit.hyperparameters), fit.outputscale,
                                     fit.noise, train, test, observed, 0.0, 1.0)
     assert predictions["test_rmse"] < np.std(observed[test])
     with pytest.raises(ValueError, match="kernel must be one of"):
@@ -89,5 +89,5 @@ def test_exact_fit_maximises_the_likelihood_from_every_start() -> None:
 
 
 def test_rule_and_inflation_agree_for_the_traffic_kernel() -> None:
-    kernel = graph_kernel_at("diffusion", {"gamma": 8.06})
+    kernel = kernel_family_at("diffusion", {"gamma": 8.06})
     assert halting_inflation(kernel, suggest_p_halt(kernel)) == pytest.approx(2.0, rel=1e-4)

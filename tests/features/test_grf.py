@@ -11,7 +11,7 @@ from gp_couple.features import grf as grf_module
 from gp_couple.features.grf import GraphRandomFeatures, gram_estimate
 from gp_couple.features.walks import sample_walks
 from gp_couple.graphs import grid_graph
-from gp_couple.modulation import Diffusion, RegularisedLaplacian
+from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
 from tests.test_graphs import two_components_and_isolated
 
 

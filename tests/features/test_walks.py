@@ -9,7 +9,7 @@ import scipy.sparse as sp
 import torch
 
 from gp_couple.couplings import AntitheticWalkLengthCoupling, IIDWalkLengthCoupling, SigmaCoupling
-from gp_couple.couplings.sigma_fit import fit_sigma_coupling
+from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.features.grf import GraphRandomFeatures
 from gp_couple.features.walks import (
@@ -20,7 +20,7 @@ from gp_couple.features.walks import (
     walk_with_lengths,
 )
 from gp_couple.graphs import Graph, grid_graph
-from gp_couple.modulation import Diffusion, RegularisedLaplacian
+from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
 from tests.stats import assert_unbiased
 from tests.test_graphs import two_components_and_isolated
 

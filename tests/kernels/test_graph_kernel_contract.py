@@ -62,10 +62,10 @@ class TestGRFKernelContract(_GraphKernelContract, unittest.TestCase):
 
     def test_gradient_flows_through_batched_nodes(self) -> None:
         kernel = self.create_kernel_no_ard(batch_shape=torch.Size([2]))
-        kernel.graph_kernel.gamma = torch.tensor([[0.7], [1.3]])
+        kernel.kernel_family.gamma = torch.tensor([[0.7], [1.3]])
         x = self.create_data_single_batch()
         kernel(x).to_dense().sum().backward()
-        gradient = kernel.graph_kernel.raw_gamma.grad
+        gradient = kernel.kernel_family.raw_gamma.grad
         self.assertEqual(gradient.shape, torch.Size((2, 1)))
         self.assertTrue(bool(torch.all(gradient != 0)))
 

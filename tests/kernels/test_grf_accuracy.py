@@ -16,7 +16,7 @@ import scipy.sparse as sp
 import torch
 
 from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, fit_gp, grf_gp_settings, predict
-from gp_couple.couplings.sigma_fit import fit_sigma_coupling
+from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.datasets import default_mesh, split_test_nodes
 from gp_couple.graphs import Graph, grid_graph
 from gp_couple.recipes import RECOMMENDED_P_HALT as P_HALT, fit_grf_gp
@@ -24,11 +24,11 @@ from tests.stats import assert_unbiased
 
 
 
-def half_kernel(graph: Graph, series: Diffusion, terms: int = 80) -> np.ndarray:
+def half_kernel(graph: Graph, family: Diffusion, terms: int = 80) -> np.ndarray:
     r"""Dense :math:`\mathbf H = \sum_t f(t)\widetilde{\mathbf W}^t` with :math:`\mathbf H\mathbf H^\top = \mathbf K`."""
     walk = graph.normalized_adjacency().toarray()
     with torch.no_grad():
-        f = series.modulation(terms).double().numpy()
+        f = family.modulation(terms).double().numpy()
     power, total = np.eye(graph.num_nodes), np.zeros((graph.num_nodes, graph.num_nodes))
     for value in f:
         total += value * power
@@ -41,12 +41,12 @@ def test_recommended_walks_estimate_the_gram_matrix_without_bias_off_the_diagona
     block, copies, seeds = grid_graph(3, 4), 12, 16
     size = block.num_nodes
     graph = Graph(sp.block_diag([block.adjacency] * copies, format="csr"))
-    series = Diffusion(1.5).double()
-    half = half_kernel(block, series)
+    family = Diffusion(1.5).double()
+    half = half_kernel(block, family)
     exact = half @ half.T
     sigma = fit_sigma_coupling(Diffusion(1.5), P_HALT, order=8, samples_per_bin=10, seed=0)
     kernel = GRFKernel(graph, num_walkers=4, p_halt=P_HALT, coupling=sigma, directions="repelling",
-                       graph_kernel=deepcopy(series), seed=0).double()
+                       kernel_family=deepcopy(family), seed=0).double()
     nodes = torch.arange(graph.num_nodes, dtype=torch.float64).unsqueeze(-1)
     grams, residual_diagonals = [], []
     with torch.no_grad():
@@ -90,7 +90,7 @@ def test_recommended_configuration_predicts_closer_to_the_exact_gp_than_the_prev
     # The previous README default: 16 sigma-coupled walkers fitted at gamma = 1, p_halt = 0.4.
     previous_sigma = fit_sigma_coupling(Diffusion(1.0), 0.4, order=50, samples_per_bin=20, seed=0)
     previous, previous_likelihood = _fitted(GRFKernel(
-        mesh.graph, num_walkers=16, p_halt=0.4, coupling=previous_sigma, graph_kernel=Diffusion(1.0),
+        mesh.graph, num_walkers=16, p_halt=0.4, coupling=previous_sigma, kernel_family=Diffusion(1.0),
         nodes=np.concatenate([train, test]), seed=0), train, targets, iterations)
     with grf_gp_settings():
         previous_mean = predict(previous, previous_likelihood, test, seed=0)[0].numpy()

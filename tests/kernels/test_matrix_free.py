@@ -12,7 +12,7 @@ from gp_couple.exact import exact_kernel_matrix
 from gp_couple.graphs import grid_graph
 from gp_couple.kernels import ExactGraphKernel, GRFKernel, MatrixFreeGraphKernel
 from gp_couple.models import GraphGP, fit_gp, predict
-from gp_couple.modulation import (
+from gp_couple.kernel_families import (
     Diffusion,
     InverseCosine,
     PowerSeries,
@@ -41,9 +41,9 @@ class TestMatrixFreeGraphKernelContract(_GraphKernelContract, unittest.TestCase)
 
 def _pair(make, graph=GRAPH):
     """The matrix-free and the dense kernel, in float64, with shared hyperparameters."""
-    series = make().double()
-    matrix_free = MatrixFreeGraphKernel(graph, series, tolerance=TOLERANCE)
-    return matrix_free, ExactGraphKernel(graph, series)
+    family = make().double()
+    matrix_free = MatrixFreeGraphKernel(graph, family, tolerance=TOLERANCE)
+    return matrix_free, ExactGraphKernel(graph, family)
 
 
 def _nodes(*indices: int) -> torch.Tensor:
@@ -59,7 +59,7 @@ def test_products_diagonal_and_gradients_match_the_dense_kernel(make):
     covar = matrix_free(x1, x2).evaluate_kernel()
     assert isinstance(covar, ChebyshevKernelLinearOperator)
     # ExactGraphKernel computes in its parameters' dtype (float32 for parameter-free families).
-    dense = exact_kernel_matrix(matrix_free.graph_kernel, GRAPH).detach()
+    dense = exact_kernel_matrix(matrix_free.kernel_family, GRAPH).detach()
     rows, columns = x1.squeeze(-1).long(), x2.squeeze(-1).long()
     reference = dense[rows][:, columns]
     rhs = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
@@ -71,7 +71,7 @@ def test_products_diagonal_and_gradients_match_the_dense_kernel(make):
     torch.testing.assert_close(matrix_free(x1[:4], x2, diag=True), dense[rows[:4], columns], rtol=0,
                                atol=bound + 1e-13)
     # Gradients with respect to every hyperparameter, through products and the diagonal.
-    parameters = list(matrix_free.graph_kernel.parameters())
+    parameters = list(matrix_free.kernel_family.parameters())
     if not parameters:
         return
     weights = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
@@ -88,11 +88,11 @@ def test_products_diagonal_and_gradients_match_the_dense_kernel(make):
 
 
 def test_gradient_through_the_marginal_likelihood_with_cg_matches_cholesky():
-    series = Diffusion(1.5).double()
+    family = Diffusion(1.5).double()
     train = torch.arange(0, 64, 3, dtype=torch.float64).unsqueeze(-1)
     targets = torch.sin(train.squeeze(-1) / 5)
     grads = []
-    for kernel, size in ((ExactGraphKernel(GRAPH, series), 10_000), (MatrixFreeGraphKernel(GRAPH, series), 0)):
+    for kernel, size in ((ExactGraphKernel(GRAPH, family), 10_000), (MatrixFreeGraphKernel(GRAPH, family), 0)):
         likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
         model = GraphGP(train, targets, likelihood, gpytorch.kernels.ScaleKernel(kernel)).double()
         mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
@@ -101,17 +101,17 @@ def test_gradient_through_the_marginal_likelihood_with_cg_matches_cholesky():
                     log_prob=False):
             # log_prob=False keeps the exact log-determinant; inv-quad gradients come from CG solves.
             loss = -mll(model(train), targets)
-        grads.append(torch.autograd.grad(loss, [series.raw_gamma, model.covar_module.raw_outputscale]))
-        series.raw_gamma.grad = None
+        grads.append(torch.autograd.grad(loss, [family.raw_gamma, model.covar_module.raw_outputscale]))
+        family.raw_gamma.grad = None
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-8)
 
 
 def test_hyperparameter_batches_and_batched_nodes():
-    series = Diffusion(batch_shape=torch.Size([2])).double()
-    series.gamma = torch.tensor([[0.8], [2.0]], dtype=torch.float64)
-    matrix_free = MatrixFreeGraphKernel(GRAPH, series, batch_shape=torch.Size([2]))
-    exact = ExactGraphKernel(GRAPH, series, batch_shape=torch.Size([2]))
+    family = Diffusion(batch_shape=torch.Size([2])).double()
+    family.gamma = torch.tensor([[0.8], [2.0]], dtype=torch.float64)
+    matrix_free = MatrixFreeGraphKernel(GRAPH, family, batch_shape=torch.Size([2]))
+    exact = ExactGraphKernel(GRAPH, family, batch_shape=torch.Size([2]))
     shared = _nodes(1, 2, 30)
     torch.testing.assert_close(matrix_free(shared).to_dense(), exact(shared).to_dense(), rtol=0, atol=1e-7)
     different = torch.stack([_nodes(1, 2, 30), _nodes(4, 50, 60)])
@@ -139,7 +139,7 @@ def test_gp_trained_on_cg_predicts_like_the_dense_exact_gp():
     with grf_gp_settings(max_cholesky_size=0, eval_cg_tolerance=1e-4):
         fit_gp(model, likelihood, iterations=3, lr=0.05, seed=0)
         mean, variance = predict(model, likelihood, test, seed=0)
-    assert float(model.covar_module.base_kernel.graph_kernel.gamma) != 1.0
+    assert float(model.covar_module.base_kernel.kernel_family.gamma) != 1.0
     # The same hyperparameters in the dense exact GP, solved by Cholesky.
     reference, reference_likelihood = gp(ExactGraphKernel(GRAPH, Diffusion(1.0)))
     reference.load_state_dict(model.state_dict())
@@ -151,11 +151,11 @@ def test_gp_trained_on_cg_predicts_like_the_dense_exact_gp():
 
 
 def test_state_dicts_transfer_between_graph_kernels():
-    grf = GRFKernel(GRAPH, num_walkers=2, graph_kernel=Diffusion(1.9), seed=0)
+    grf = GRFKernel(GRAPH, num_walkers=2, kernel_family=Diffusion(1.9), seed=0)
     matrix_free = MatrixFreeGraphKernel(GRAPH, Diffusion(1.0))
     result = matrix_free.load_state_dict(grf.state_dict(), strict=False)
     assert not result.missing_keys
-    assert float(matrix_free.graph_kernel.gamma) == pytest.approx(1.9)
+    assert float(matrix_free.kernel_family.gamma) == pytest.approx(1.9)
     exact = ExactGraphKernel(GRAPH, Diffusion(0.5))
     exact.load_state_dict(matrix_free.state_dict())
     fresh = MatrixFreeGraphKernel(GRAPH, Diffusion(0.3))

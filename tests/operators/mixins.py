@@ -16,10 +16,17 @@ from gp_couple.operators import CSRPattern, GRFGramLinearOperator, SparseFeature
 
 
 def random_pattern(num_rows: int, num_columns: int, *, density: float = 0.5, seed: int = 0,
-                   diagonal: bool = False) -> CSRPattern:
-    """A random CSR pattern; ``diagonal`` guarantees entry ``(i, i)`` in every row ``i``."""
+                   diagonal: bool = False, untouched: int = 0) -> CSRPattern:
+    """A random CSR pattern; ``diagonal`` guarantees entry ``(i, i)`` in every row ``i``.
+
+    ``untouched`` columns (spread over the range) hold no entry, as most graph nodes in
+    the features of a few training rows: the operators then work on a compact column space.
+    """
     rng = np.random.default_rng(seed)
     mask = rng.random((num_rows, num_columns)) < density
+    if untouched:
+        empty = rng.choice(np.arange(num_rows, num_columns) if diagonal else num_columns, untouched, replace=False)
+        mask[:, empty] = False
     if diagonal:
         mask[np.arange(num_rows), np.arange(num_rows) % num_columns] = True
     rows, cols = np.nonzero(mask)  # row-major, columns sorted within rows
@@ -54,16 +61,20 @@ def gram_reference(op: GRFGramLinearOperator) -> torch.Tensor:
 
 
 class SparseFeatureOperatorMixin:
-    """Peer-suite setup for :class:`SparseFeatureLinearOperator` (random pattern, 5 x 7)."""
+    """Peer-suite setup for :class:`SparseFeatureLinearOperator` (random pattern, 5 x 7).
+
+    ``untouched`` > 0 leaves that many columns empty (products on the compact columns).
+    """
 
     seed = 0
     num_rows = 5
     num_columns = 7
+    untouched = 0
     batch_shape = torch.Size()
     transposed = False
 
     def create_linear_op(self) -> SparseFeatureLinearOperator:
-        pattern = random_pattern(self.num_rows, self.num_columns, seed=1)
+        pattern = random_pattern(self.num_rows, self.num_columns, seed=1, untouched=self.untouched)
         values = random_values(pattern, self.batch_shape, seed=2)
         return SparseFeatureLinearOperator(values, pattern=pattern, transposed=self.transposed)
 
@@ -81,12 +92,14 @@ class GRFGramOperatorMixin:
     seed = 0
     num_rows = 5
     num_columns = 8
+    untouched = 0
     batch_shape = torch.Size()
     # The root decomposition is the exact feature matrix: Lanczos is never needed.
     should_call_lanczos = False
 
     def create_linear_op(self) -> GRFGramLinearOperator:
-        pattern = random_pattern(self.num_rows, self.num_columns, density=0.4, seed=3, diagonal=True)
+        pattern = random_pattern(self.num_rows, self.num_columns, density=0.4, seed=3, diagonal=True,
+                                 untouched=self.untouched)
         values = random_values(pattern, self.batch_shape, seed=4, diagonal_boost=3.0) * 0.5
         return GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=pattern))
 
@@ -95,14 +108,20 @@ class GRFGramOperatorMixin:
 
 
 class CrossGramOperatorMixin:
-    """Peer-suite setup for a rectangular cross-covariance :math:`\\Phi_A\\Phi_B^\\top` (5 x 6)."""
+    """Peer-suite setup for a rectangular cross-covariance :math:`\\Phi_A\\Phi_B^\\top` (5 x 6).
+
+    ``num_columns`` > 9 leaves columns empty on each side (different ones), so the
+    product runs on the union of the two sides' touched columns.
+    """
 
     seed = 0
+    num_columns = 9
     batch_shape = torch.Size()
 
     def create_linear_op(self) -> GRFGramLinearOperator:
-        left = random_pattern(5, 9, seed=5)
-        right = random_pattern(6, 9, seed=6)
+        untouched = self.num_columns - 9
+        left = random_pattern(5, self.num_columns, seed=5, untouched=untouched)
+        right = random_pattern(6, self.num_columns, seed=6, untouched=untouched)
         return GRFGramLinearOperator(
             SparseFeatureLinearOperator(random_values(left, self.batch_shape, seed=7), pattern=left),
             SparseFeatureLinearOperator(random_values(right, self.batch_shape, seed=8), pattern=right))

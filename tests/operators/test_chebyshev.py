@@ -13,7 +13,7 @@ from linear_operator.test.linear_operator_test_case import (
 
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.graphs import grid_graph
-from gp_couple.modulation import (
+from gp_couple.kernel_families import (
     Diffusion,
     InverseCosine,
     PowerSeries,
@@ -49,9 +49,9 @@ def dense_reference(op: ChebyshevKernelLinearOperator) -> torch.Tensor:
 
 def diffusion_coefficients(batch_shape: torch.Size = torch.Size()) -> torch.Tensor:
     gammas = torch.linspace(0.6, 0.9, max(1, batch_shape.numel()), dtype=torch.float64)
-    series = Diffusion(batch_shape=batch_shape)
-    series.gamma = gammas.reshape(*batch_shape, 1)
-    return chebyshev_expansion(series, 1e-12).coefficients.detach()
+    family = Diffusion(batch_shape=batch_shape)
+    family.gamma = gammas.reshape(*batch_shape, 1)
+    return chebyshev_expansion(family, 1e-12).coefficients.detach()
 
 
 class SymmetricChebyshevMixin:
@@ -111,11 +111,11 @@ FAMILIES = [
 @pytest.mark.parametrize("make", FAMILIES)
 @pytest.mark.parametrize("tolerance", [1e-4, 1e-10])
 def test_truncation_error_is_within_the_reported_bound(make, tolerance):
-    series = make().double()
-    expansion = chebyshev_expansion(series, tolerance)
+    family = make().double()
+    expansion = chebyshev_expansion(family, tolerance)
     assert float(expansion.relative_bound.max()) <= tolerance
     truncated = torch.einsum("j,jmn->mn", expansion.coefficients.detach(), chebyshev_matrices(expansion.degree))
-    exact = exact_kernel_matrix(series, GRAPH).detach()
+    exact = exact_kernel_matrix(family, GRAPH).detach()
     error = torch.linalg.matrix_norm(truncated - exact, ord=2)
     # The bound holds up to the float64 rounding of the dense references.
     assert float(error) <= float(expansion.tail_bound) + 1e-12
@@ -127,22 +127,22 @@ def test_polynomials_are_reproduced_at_their_degree():
 
 
 def test_degree_grows_with_the_lengthscale_and_is_the_largest_over_a_batch():
-    series = Diffusion(batch_shape=torch.Size([2])).double()
-    series.gamma = torch.tensor([[0.5], [3.0]], dtype=torch.float64)
-    batched = chebyshev_expansion(series, 1e-8)
+    family = Diffusion(batch_shape=torch.Size([2])).double()
+    family.gamma = torch.tensor([[0.5], [3.0]], dtype=torch.float64)
+    batched = chebyshev_expansion(family, 1e-8)
     assert batched.degree == chebyshev_expansion(Diffusion(3.0).double(), 1e-8).degree
     assert batched.degree > chebyshev_expansion(Diffusion(0.5).double(), 1e-8).degree
     assert batched.tail_bound.shape == (2,)
 
 
 def test_coefficients_are_differentiable_in_the_hyperparameters():
-    series = Diffusion(1.3).double()
-    coefficients = chebyshev_expansion(series, 1e-12).coefficients
-    (gradient,) = torch.autograd.grad(coefficients.sum(), series.raw_gamma, retain_graph=True)
+    family = Diffusion(1.3).double()
+    coefficients = chebyshev_expansion(family, 1e-12).coefficients
+    (gradient,) = torch.autograd.grad(coefficients.sum(), family.raw_gamma, retain_graph=True)
     # sum_j c_j = g(1) = 1 for every gamma: the coefficients move, their sum does not.
     assert abs(float(coefficients.detach().sum()) - 1.0) < 1e-12
     assert abs(float(gradient)) < 1e-10
-    (gradient,) = torch.autograd.grad(coefficients[1], series.raw_gamma)
+    (gradient,) = torch.autograd.grad(coefficients[1], family.raw_gamma)
     assert float(gradient) != 0.0
 
 
@@ -165,17 +165,17 @@ def test_bad_settings_and_too_high_degrees_raise_clear_errors():
 
 
 # ------------------------------------------------------------------ operator specifics
-def _operator(rows, columns, series=None, tolerance=1e-12):
-    series = Diffusion(1.8).double() if series is None else series
-    coefficients = chebyshev_expansion(series, tolerance).coefficients
+def _operator(rows, columns, family=None, tolerance=1e-12):
+    family = Diffusion(1.8).double() if family is None else family
+    coefficients = chebyshev_expansion(family, tolerance).coefficients
     return ChebyshevKernelLinearOperator(coefficients, basis=ChebyshevBasis(GRAPH.normalized_adjacency()),
-                                         row_nodes=rows, column_nodes=columns), series
+                                         row_nodes=rows, column_nodes=columns), family
 
 
 def test_diagonal_uses_the_cached_table_and_matches_the_dense_kernel(monkeypatch):
     nodes = torch.tensor([3, 0, 19, 3, 11])
-    op, series = _operator(nodes, nodes)
-    exact = exact_kernel_matrix(series, GRAPH).detach()
+    op, family = _operator(nodes, nodes)
+    exact = exact_kernel_matrix(family, GRAPH).detach()
     torch.testing.assert_close(op._diagonal(), exact[nodes, nodes], rtol=0, atol=1e-11)
     # Second call (and a subset of nodes): served from the table, no recurrence.
     monkeypatch.setattr(ChebyshevBasis, "_one_hot_diagonals", lambda *args: pytest.fail("recomputed"))
@@ -217,16 +217,16 @@ def _autograd_nodes(node) -> set[str]:
 
 def test_gradients_need_no_autograd_tape_through_the_recurrence():
     nodes = torch.tensor([1, 5, 9, 14])
-    op, series = _operator(nodes, nodes)
+    op, family = _operator(nodes, nodes)
     rhs = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     # The autograd graph holds one node for all J sparse products (its backward reruns
     # the recurrence); linear_operator's matmul goes through _bilinear_derivative instead.
     names = _autograd_nodes(op._matmul(rhs).grad_fn)
     assert "_ChebyshevProductBackward" in names and not any("Addmm" in name for name in names)
     product = op.matmul(rhs)
-    (gradient,) = torch.autograd.grad((product * rhs).sum(), series.raw_gamma)
-    exact = exact_kernel_matrix(series, GRAPH)[nodes][:, nodes]
-    (expected,) = torch.autograd.grad((exact @ rhs * rhs).sum(), series.raw_gamma)
+    (gradient,) = torch.autograd.grad((product * rhs).sum(), family.raw_gamma)
+    exact = exact_kernel_matrix(family, GRAPH)[nodes][:, nodes]
+    (expected,) = torch.autograd.grad((exact @ rhs * rhs).sum(), family.raw_gamma)
     torch.testing.assert_close(gradient, expected, rtol=1e-8, atol=1e-10)
     # _bilinear_derivative: d(u^T K v)/dc_j = u^T T_j v.
     (grad_c, *rest) = op._bilinear_derivative(rhs, rhs)
@@ -237,8 +237,8 @@ def test_gradients_need_no_autograd_tape_through_the_recurrence():
 
 def test_rows_for_pivoted_cholesky_use_one_column_recurrence():
     nodes = torch.arange(12)
-    op, series = _operator(nodes, nodes)
-    exact = exact_kernel_matrix(series, GRAPH).detach()[:12, :12]
+    op, family = _operator(nodes, nodes)
+    exact = exact_kernel_matrix(family, GRAPH).detach()[:12, :12]
     rows = torch.tensor([4, 4, 4]).unsqueeze(-1).expand(3, 12)
     torch.testing.assert_close(op[torch.tensor([4]), :].to_dense(), exact[4:5])
     torch.testing.assert_close(op._get_indices(rows, torch.arange(12).expand(3, 12)), exact[rows, torch.arange(12)])
@@ -259,16 +259,16 @@ def test_scaling_keeps_the_operator_type_and_gradients():
 
 def test_float32_and_dtype_conversion_keep_integer_nodes():
     nodes = torch.tensor([0, 5, 10])
-    op, series = _operator(nodes, nodes, tolerance=1e-7)
+    op, family = _operator(nodes, nodes, tolerance=1e-7)
     single = op.to(torch.float32)
     assert single.row_nodes.dtype == torch.int64 and single.dtype == torch.float32
-    exact = exact_kernel_matrix(series, GRAPH).detach()[nodes][:, nodes].float()
+    exact = exact_kernel_matrix(family, GRAPH).detach()[nodes][:, nodes].float()
     torch.testing.assert_close(single.to_dense(), exact, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(single._diagonal(), exact.diagonal(), rtol=1e-5, atol=1e-6)
 
 
 def test_constant_kernel_of_degree_zero():
-    op, _ = _operator(torch.tensor([1, 2]), torch.tensor([2]), series=PowerSeries([0.75]).double())
+    op, _ = _operator(torch.tensor([1, 2]), torch.tensor([2]), family=PowerSeries([0.75]).double())
     assert op.degree == 0
     torch.testing.assert_close(op.to_dense(), torch.tensor([[0.0], [0.75]], dtype=torch.float64))
     assert float(op.matmul(torch.ones(1, 1, dtype=torch.float64))[1, 0]) == 0.75

@@ -41,6 +41,30 @@ class TestBatchCrossGRFGramLinearOperator(CrossGramOperatorMixin, RectangularLin
     batch_shape = torch.Size([2, 3])
 
 
+class TestCompactGRFGramLinearOperator(GRFGramOperatorMixin, LinearOperatorTestCase, unittest.TestCase):
+    # Six of fourteen graph nodes are visited by no row's walks.
+    num_columns = 14
+    untouched = 6
+
+
+class TestBatchCompactGRFGramLinearOperator(GRFGramOperatorMixin, LinearOperatorTestCase, unittest.TestCase):
+    num_columns = 14
+    untouched = 6
+    batch_shape = torch.Size([3])
+
+
+class TestCompactCrossGRFGramLinearOperator(CrossGramOperatorMixin, RectangularLinearOperatorTestCase,
+                                            unittest.TestCase):
+    # Each side leaves different columns empty: the inner space is their union.
+    num_columns = 16
+
+
+class TestBatchCompactCrossGRFGramLinearOperator(CrossGramOperatorMixin, RectangularLinearOperatorTestCase,
+                                                 unittest.TestCase):
+    num_columns = 16
+    batch_shape = torch.Size([2])
+
+
 # ------------------------------------------------------------------ our own checks
 def _features(rows, columns, seed, batch_shape=torch.Size(), dtype=torch.float64):
     pattern = random_pattern(rows, columns, density=0.3, seed=seed)

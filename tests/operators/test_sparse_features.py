@@ -34,6 +34,21 @@ class TestBatchTransposedSparseFeatureLinearOperator(SparseFeatureOperatorMixin,
     transposed = True
 
 
+class TestCompactSparseFeatureLinearOperator(SparseFeatureOperatorMixin, RectangularLinearOperatorTestCase,
+                                             unittest.TestCase):
+    # Five of twelve columns hold no entry: products run on the seven touched ones.
+    num_columns = 12
+    untouched = 5
+
+
+class TestBatchTransposedCompactSparseFeatureLinearOperator(SparseFeatureOperatorMixin,
+                                                            RectangularLinearOperatorTestCase, unittest.TestCase):
+    num_columns = 12
+    untouched = 5
+    batch_shape = torch.Size([2])
+    transposed = True
+
+
 # ------------------------------------------------------------------ our own checks
 def test_pattern_validation_errors():
     pointer, columns = torch.tensor([0, 2, 3]), torch.tensor([0, 2, 1])

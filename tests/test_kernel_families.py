@@ -1,4 +1,4 @@
-"""Tests for graph kernels as power series and their modulation functions."""
+"""Tests for the kernel families: graph kernels as power series and their modulation functions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from gpytorch.priors import GammaPrior
 
-from gp_couple.modulation import (
+from gp_couple.kernel_families import (
     Diffusion,
     InverseCosine,
     PowerSeries,
@@ -17,7 +17,7 @@ from gp_couple.modulation import (
     RegularisedLaplacian,
     convolutional_sqrt,
     convolve_series,
-    get_graph_kernel,
+    get_kernel_family,
 )
 
 
@@ -36,10 +36,10 @@ def families() -> dict[str, object]:
 
 @pytest.mark.parametrize("name", list(families()))
 def test_modulation_is_a_convolutional_square_root(name: str) -> None:
-    series = families()[name].double()
+    family = families()[name].double()
     with torch.no_grad():
-        alpha = series.coefficients(80)
-        f = series.modulation(80)
+        alpha = family.coefficients(80)
+        f = family.modulation(80)
     scale = alpha.abs().max()
     torch.testing.assert_close(convolve_series(f), alpha, atol=1e-13 * scale, rtol=0)
     # The closed forms agree with the generic numerical square root.
@@ -48,25 +48,25 @@ def test_modulation_is_a_convolutional_square_root(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(families()))
 def test_spectrum_is_the_series_on_eigenvalues(name: str) -> None:
-    series = families()[name].double()
+    family = families()[name].double()
     eigenvalues = torch.linspace(-1, 1, 21, dtype=torch.float64)
     with torch.no_grad():
-        alpha = series.coefficients(200).reshape(-1)
-        spectrum = series.spectrum(eigenvalues).reshape(-1)
+        alpha = family.coefficients(200).reshape(-1)
+        spectrum = family.spectrum(eigenvalues).reshape(-1)
     powers = eigenvalues.unsqueeze(-1) ** torch.arange(200, dtype=torch.float64)
     torch.testing.assert_close(spectrum, powers @ alpha, atol=1e-10, rtol=1e-8)
 
 
-@pytest.mark.parametrize("series, parameter", [
+@pytest.mark.parametrize("family, parameter", [
     (Diffusion(1.3), "raw_gamma"), (RegularisedLaplacian(0.8, 2), "raw_sigma"),
     (PStepRandomWalk(2.7, 3), "raw_alpha")])
-def test_modulation_gradients_match_finite_differences(series, parameter) -> None:
-    series = series.double()
-    raw = getattr(series, parameter)
+def test_modulation_gradients_match_finite_differences(family, parameter) -> None:
+    family = family.double()
+    raw = getattr(family, parameter)
     weights = torch.linspace(0.5, 2.0, 30, dtype=torch.float64)
 
     def objective() -> torch.Tensor:
-        return (series.modulation(30) * weights).sum() + series.spectrum(weights - 1.5).sum()
+        return (family.modulation(30) * weights).sum() + family.spectrum(weights - 1.5).sum()
 
     objective().backward()
     eps = 1e-6
@@ -100,20 +100,20 @@ def test_known_coefficients() -> None:
 
 
 def test_batched_hyperparameters() -> None:
-    series = Diffusion(batch_shape=torch.Size([2])).double()
-    series.gamma = torch.tensor([[0.5], [1.0]], dtype=torch.float64)
-    f = series.modulation(10)
+    family = Diffusion(batch_shape=torch.Size([2])).double()
+    family.gamma = torch.tensor([[0.5], [1.0]], dtype=torch.float64)
+    f = family.modulation(10)
     assert f.shape == (2, 10)
     torch.testing.assert_close(f[1], Diffusion(1.0).double().modulation(10).reshape(-1))
 
 
 def test_priors_and_constraints() -> None:
-    series = Diffusion(1.0, gamma_prior=GammaPrior(2.0, 2.0))
-    assert [name for name, *_ in series.named_priors()] == ["gamma_prior"]
-    series.gamma = 2.5
-    assert series.gamma.item() == pytest.approx(2.5)
+    family = Diffusion(1.0, gamma_prior=GammaPrior(2.0, 2.0))
+    assert [name for name, *_ in family.named_priors()] == ["gamma_prior"]
+    family.gamma = 2.5
+    assert family.gamma.item() == pytest.approx(2.5)
     with pytest.raises(ValueError, match="constraint"):
-        series.gamma = -1.0
+        family.gamma = -1.0
     with pytest.raises(TypeError, match="prior"):
         Diffusion(1.0, gamma_prior="gamma")
     alpha_series = PStepRandomWalk(2.0, 2)
@@ -140,8 +140,8 @@ def test_convolutional_sqrt_is_stable_for_fast_growing_series() -> None:
     (lambda: Diffusion(1.0).modulation(0), ValueError, "num_terms"),
     (lambda: Diffusion(1.0).modulation(2.0), TypeError, "num_terms"),
     (lambda: convolutional_sqrt(torch.tensor([-1.0, 1.0])), ValueError, "zeroth"),
-    (lambda: get_graph_kernel("heat"), ValueError, "unknown"),
-    (lambda: get_graph_kernel(3), TypeError, "kernel"),
+    (lambda: get_kernel_family("heat"), ValueError, "unknown"),
+    (lambda: get_kernel_family(3), TypeError, "kernel"),
 ])
 def test_errors(build, error, message) -> None:
     with pytest.raises(error, match=message):
@@ -149,8 +149,8 @@ def test_errors(build, error, message) -> None:
 
 
 def test_registry_and_reprs() -> None:
-    assert isinstance(get_graph_kernel("diffusion", gamma=2.0), Diffusion)
-    assert isinstance(get_graph_kernel("regularised-laplacian"), RegularisedLaplacian)
+    assert isinstance(get_kernel_family("diffusion", gamma=2.0), Diffusion)
+    assert isinstance(get_kernel_family("regularised-laplacian"), RegularisedLaplacian)
     assert "gamma=" in repr(Diffusion(1.0))
     assert PowerSeries([1.0, 0.5], learnable=True).series_coefficients.requires_grad
 
@@ -170,9 +170,9 @@ EXTREMES = {
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("name", list(EXTREMES))
 def test_extreme_hyperparameters_give_finite_series_and_gradients(name: str, dtype: torch.dtype) -> None:
-    series = EXTREMES[name]().to(dtype)
-    coefficients, modulation = series.coefficients(40), series.modulation(40)
-    spectrum = series.spectrum(torch.linspace(-1, 1, 9, dtype=dtype))
+    family = EXTREMES[name]().to(dtype)
+    coefficients, modulation = family.coefficients(40), family.modulation(40)
+    spectrum = family.spectrum(torch.linspace(-1, 1, 9, dtype=dtype))
     for values in (coefficients, modulation, spectrum):
         assert values.dtype == dtype and bool(torch.isfinite(values).all())
     # f * f = alpha still holds, up to the dtype's resolution relative to the largest term.
@@ -182,7 +182,7 @@ def test_extreme_hyperparameters_give_finite_series_and_gradients(name: str, dty
     tolerance = 4 * coefficients.shape[-1] * torch.finfo(dtype).eps * scale
     torch.testing.assert_close(convolve_series(modulation.detach().double()), coefficients.detach().double(),
                                atol=tolerance, rtol=0)
-    parameters = [p for p in series.parameters() if p.requires_grad]
+    parameters = [p for p in family.parameters() if p.requires_grad]
     if parameters:
         gradients = torch.autograd.grad((modulation.sum() + coefficients.sum() + spectrum.sum()),
                                         parameters, allow_unused=True)
@@ -193,13 +193,13 @@ def test_extreme_hyperparameters_give_finite_series_and_gradients(name: str, dty
 def test_tiny_regulariser_gives_the_identity_kernel(dtype: torch.dtype) -> None:
     # (I + sigma^2 L)^-2 = I + O(sigma^2): with sigma = 1e-30 every term beyond the first
     # is below either dtype's smallest normal number relative to alpha_0 = 1.
-    series = RegularisedLaplacian(sigma=1e-30).to(dtype)
+    family = RegularisedLaplacian(sigma=1e-30).to(dtype)
     expected = torch.zeros(6, dtype=dtype)
     expected[0] = 1.0
     tiny = torch.finfo(torch.float64).tiny if dtype == torch.float64 else 0.0
-    torch.testing.assert_close(series.coefficients(6).detach().reshape(-1)[:1], expected[:1])
-    assert float(series.coefficients(6).detach()[..., 1:].abs().max()) <= max(tiny, 3e-60)
-    torch.testing.assert_close(series.modulation(6).detach().reshape(-1)[:1], expected[:1])
+    torch.testing.assert_close(family.coefficients(6).detach().reshape(-1)[:1], expected[:1])
+    assert float(family.coefficients(6).detach()[..., 1:].abs().max()) <= max(tiny, 3e-60)
+    torch.testing.assert_close(family.modulation(6).detach().reshape(-1)[:1], expected[:1])
 
 
 def test_inverse_cosine_coefficients_take_the_phase_exactly() -> None:
@@ -216,13 +216,13 @@ def test_inverse_cosine_coefficients_take_the_phase_exactly() -> None:
     (lambda: Diffusion(1.0), -2.0, "gamma"),
 ])
 def test_hyperparameters_on_or_beyond_their_bound_are_rejected(build, assign, name: str) -> None:
-    series = build()
-    raw_before = getattr(series, f"raw_{name}").detach().clone()
+    family = build()
+    raw_before = getattr(family, f"raw_{name}").detach().clone()
     with pytest.raises(ValueError, match=name):
-        setattr(series, name, assign)
-    assert torch.equal(getattr(series, f"raw_{name}").detach(), raw_before)  # unchanged
+        setattr(family, name, assign)
+    assert torch.equal(getattr(family, f"raw_{name}").detach(), raw_before)  # unchanged
     with pytest.raises(ValueError, match=name):
-        type(series)(assign)
+        type(family)(assign)
 
 
 def test_zero_gamma_is_rejected_at_construction_with_the_bound_named() -> None:
@@ -234,19 +234,19 @@ def test_zero_gamma_is_rejected_at_construction_with_the_bound_named() -> None:
 
 
 def test_p_step_boundary_alpha_is_accepted_with_finite_raw_value() -> None:
-    series = PStepRandomWalk(2.0, 2)
-    series.alpha = 2.0
-    series.alpha = torch.tensor([2.0])
-    assert bool(torch.isfinite(series.raw_alpha).all()) and float(series.alpha) == pytest.approx(2.0, abs=2e-6)
+    family = PStepRandomWalk(2.0, 2)
+    family.alpha = 2.0
+    family.alpha = torch.tensor([2.0])
+    assert bool(torch.isfinite(family.raw_alpha).all()) and float(family.alpha) == pytest.approx(2.0, abs=2e-6)
 
 
 def test_p_step_scale_beyond_the_dtype_is_an_error_not_infinity() -> None:
-    series = PStepRandomWalk(1e20, 3).float()  # alpha^3 = 1e60 > sqrt(float32 max)
-    for method in (lambda: series.coefficients(5), lambda: series.modulation(5),
-                   lambda: series.spectrum(torch.zeros(3))):
+    family = PStepRandomWalk(1e20, 3).float()  # alpha^3 = 1e60 > sqrt(float32 max)
+    for method in (lambda: family.coefficients(5), lambda: family.modulation(5),
+                   lambda: family.spectrum(torch.zeros(3))):
         with pytest.raises(ValueError, match=r"alpha=.*steps=3.*float32"):
             method()
-    assert bool(torch.isfinite(series.double().coefficients(5)).all())  # fine in float64
+    assert bool(torch.isfinite(family.double().coefficients(5)).all())  # fine in float64
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -256,8 +256,56 @@ def test_grf_gram_with_a_tiny_regulariser_is_the_identity(dtype: torch.dtype) ->
 
     # The issue's case: an all-NaN Gram in float32. f = (1, 0, 0, ...) keeps only each
     # walker's start node, so the estimate is exactly the identity, like the kernel.
-    kernel = GRFKernel(grid_graph(4, 4), 8, 0.5, graph_kernel=RegularisedLaplacian(sigma=1e-30), seed=0).to(dtype)
+    kernel = GRFKernel(grid_graph(4, 4), 8, 0.5, kernel_family=RegularisedLaplacian(sigma=1e-30), seed=0).to(dtype)
     nodes = torch.arange(16, dtype=dtype).unsqueeze(-1)
     with torch.no_grad():
         gram = kernel(nodes).to_dense()
     torch.testing.assert_close(gram, torch.eye(16, dtype=dtype))
+
+
+@pytest.mark.parametrize(("old", "new"), [("GraphKernelSeries", "KernelFamily"),
+                                          ("get_graph_kernel", "get_kernel_family"),
+                                          ("Diffusion", "Diffusion"), ("convolutional_sqrt", "convolutional_sqrt")])
+def test_old_module_and_names_resolve_with_a_warning(old: str, new: str) -> None:
+    import gp_couple.kernel_families as kernel_families
+    import gp_couple.modulation as modulation
+
+    with pytest.warns(DeprecationWarning, match=f"gp_couple.modulation.{old} is deprecated; "
+                                                f"use gp_couple.kernel_families.{new}"):
+        assert getattr(modulation, old) is getattr(kernel_families, new)
+
+
+def test_renamed_keywords_still_work_with_a_warning() -> None:
+    from gp_couple.exact import exact_kernel_matrix
+    from gp_couple.graphs import grid_graph
+    from gp_couple.halting import suggest_p_halt
+
+    graph, family = grid_graph(3, 3), Diffusion(1.5)
+    with pytest.warns(DeprecationWarning, match="'series' is deprecated; use 'kernel_family'"):
+        old = exact_kernel_matrix(series=family, graph=graph)
+    torch.testing.assert_close(old, exact_kernel_matrix(kernel_family=family, graph=graph))
+    with pytest.warns(DeprecationWarning, match="'graph_kernel' is deprecated"):
+        assert suggest_p_halt(graph_kernel=family) == suggest_p_halt(family)
+    with pytest.raises(TypeError, match="both 'kernel_family' and its deprecated name 'series'"):
+        exact_kernel_matrix(series=family, kernel_family=family, graph=graph)
+
+
+def test_kernels_accept_the_old_graph_kernel_name_and_old_state_dicts() -> None:
+    from gp_couple.graphs import grid_graph
+    from gp_couple.kernels import ExactGraphKernel, GRFKernel
+
+    graph = grid_graph(3, 3)
+    with pytest.warns(DeprecationWarning, match="'graph_kernel' is deprecated; use 'kernel_family'"):
+        old = GRFKernel(graph, 4, 0.5, graph_kernel=Diffusion(1.7), seed=0)
+    assert isinstance(old.kernel_family, Diffusion)
+    with pytest.warns(DeprecationWarning, match="GRFKernel.graph_kernel is deprecated; use kernel_family"):
+        assert old.graph_kernel is old.kernel_family
+    # A state dict saved before the rename names the family's entries graph_kernel.*.
+    saved = {key.replace("kernel_family.", "graph_kernel."): value for key, value in old.state_dict().items()}
+    assert any(key.startswith("graph_kernel.") for key in saved)
+    fresh = ExactGraphKernel(graph, Diffusion(0.3))
+    fresh.load_state_dict(saved, strict=False)
+    assert float(fresh.kernel_family.gamma) == pytest.approx(1.7)
+    strict = GRFKernel(graph, 4, 0.5, kernel_family=Diffusion(0.3), seed=0)
+    strict.load_state_dict(saved)
+    assert float(strict.kernel_family.gamma) == pytest.approx(1.7)

@@ -1,0 +1,46 @@
+"""CSRPattern: compact column spaces, relabelling and their caches."""
+
+from __future__ import annotations
+
+import gc
+
+import torch
+
+from gp_couple.operators import CSRPattern
+
+from .mixins import random_pattern
+
+
+def test_compact_keeps_only_touched_columns_and_is_cached():
+    pattern = random_pattern(6, 30, density=0.3, seed=1, untouched=12)
+    compact, touched = pattern.compact()
+    torch.testing.assert_close(touched, torch.unique(pattern.columns))
+    assert compact.num_columns == touched.numel() < pattern.num_columns
+    torch.testing.assert_close(compact.row_pointer, pattern.row_pointer)
+    torch.testing.assert_close(touched[compact.columns], pattern.columns)
+    assert pattern.compact()[0] is compact
+    # Relabelling is monotone: the transposed values are gathered by the same permutation.
+    torch.testing.assert_close(compact.transpose()[1], pattern.transpose()[1])
+
+
+def test_compact_of_a_pattern_touching_every_column_is_itself():
+    pattern = CSRPattern(torch.tensor([0, 2, 3]), torch.tensor([0, 2, 1]), 3)
+    assert pattern.compact()[0] is pattern
+
+
+def test_joint_compact_is_the_union_and_cached_per_partner():
+    left = random_pattern(4, 25, density=0.3, seed=2, untouched=10)
+    right = random_pattern(5, 25, density=0.3, seed=3, untouched=10)
+    left_c, right_c, union = left.joint_compact(right)
+    expected = torch.unique(torch.cat((left.columns, right.columns)))
+    torch.testing.assert_close(union, expected)
+    assert left_c.num_columns == right_c.num_columns == union.numel()
+    torch.testing.assert_close(union[left_c.columns], left.columns)
+    torch.testing.assert_close(union[right_c.columns], right.columns)
+    assert left.joint_compact(right)[0] is left_c
+    assert left.joint_compact(left)[0] is left.compact()[0]
+    # The cache holds its partner weakly: a new pattern at a reused id() is not confused with it.
+    del right, right_c
+    gc.collect()
+    other = random_pattern(5, 25, density=0.3, seed=4)
+    torch.testing.assert_close(left.joint_compact(other)[2], torch.unique(torch.cat((left.columns, other.columns))))
