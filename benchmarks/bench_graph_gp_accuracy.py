@@ -23,6 +23,9 @@ Methods (``--methods``; a method is ``name`` or ``key=value,...`` with the keys 
   matrix-free ``MatrixFreeGraphKernel`` above it.
 * ``exact_matrix_free``: the matrix-free exact GP at any size (to compare its cost with
   the dense one's where both fit).
+* ``exact_at:OUTPUTSCALE:GAMMA:NOISE``: the exact kernel at given hyperparameters, without
+  training (e.g. a GRF-GP's learnt ones: separates the kernel estimate's error from the
+  hyperparameters').
 * ``exact_true`` (``prior:`` problems only): the same exact kernel at the hyperparameters
   that generated the data, without training: the Bayes-optimal predictor, a reference
   that costs one solve where training the exact GP would take hours.
@@ -127,6 +130,12 @@ def parse_method(text: str) -> dict[str, Any]:
         return {"kernel": "exact", "fixed": True}
     if text == "exact_matrix_free":
         return {"kernel": "exact", "matrix_free": True}
+    if text.startswith("exact_at:"):
+        try:
+            outputscale, gamma, noise = (float(v) for v in text.split(":")[1:])
+        except ValueError:
+            raise ValueError(f"method {text!r}: expected exact_at:OUTPUTSCALE:GAMMA:NOISE") from None
+        return {"kernel": "exact", "fixed": True, "at": {"outputscale": outputscale, "gamma": gamma, "noise": noise}}
     config: dict[str, Any] = {"kernel": "grf", "walkers": 16, "coupling": "iid", "directions": "independent",
                               "p_halt": 0.1, "predict_walkers": None, "predict_coupling": "same",
                               "diagonal": "plain"}
@@ -148,6 +157,8 @@ def parse_method(text: str) -> dict[str, Any]:
 
 def method_label(config: dict[str, Any]) -> str:
     if config["kernel"] == "exact":
+        if config.get("at"):
+            return "exact at outputscale={outputscale:g}, gamma={gamma:g}, noise={noise:g}".format(**config["at"])
         if config.get("fixed"):
             return "exact at the generating hyperparameters"
         return "exact (matrix-free)" if config.get("matrix_free") else "exact"
@@ -385,7 +396,7 @@ def run_method(spec: str, method: str, iterations: int, subset: int, seed: int, 
     with grf_gp_settings():
         start = time.perf_counter()
         if config.get("fixed"):
-            truth = generating_hyperparameters(spec, seed)
+            truth = config.get("at") or generating_hyperparameters(spec, seed)
             kernel.outputscale = truth["outputscale"]
             base.kernel_family.gamma = truth["gamma"]
             likelihood.noise = truth["noise"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Union
@@ -237,6 +237,30 @@ def looks_like_name(value: object) -> bool:
     """
     return (isinstance(value, str) and bool(value) and "/" not in value and os.sep not in value
             and not Path(value).suffix)
+
+
+def existing_path(value: object, argument: str, kind: str, names: Iterable[str], *, expected: str,
+                  missing: str) -> Path:
+    """``value`` as an existing path, or the error a loader's name-or-path argument deserves.
+
+    :param value: The loader's argument (names the caller knows are resolved before this).
+    :param argument: The argument's name, for the ``TypeError``.
+    :param kind: What the known names are (``"graph"``, ``"mesh"``).
+    :param names: The known names, listed when ``value`` looks like a misspelt name.
+    :param expected: What a path should be, e.g. ``"a path to a mesh file"``.
+    :param missing: What a missing path is called, e.g. ``"mesh file"``.
+    :raises TypeError: If ``value`` is neither a str nor a path.
+    :raises ValueError: If it looks like a name but is not a known one.
+    :raises FileNotFoundError: If the path does not exist.
+    """
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{argument} must be a {kind} name or a path, got {type(value).__name__}")
+    path = Path(value).expanduser()
+    if not path.exists():
+        if looks_like_name(value):
+            raise ValueError(f"unknown {kind} {value!r}: expected one of {', '.join(names)} or {expected}")
+        raise FileNotFoundError(f"{missing} {path.absolute()} does not exist")
+    return path
 
 
 def random_split(num_items: int, num_train: int, num_test: int,

@@ -18,7 +18,6 @@ the same way).
 from __future__ import annotations
 
 import csv
-import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..graphs import Graph
-from ._paths import PathLike, data_file, looks_like_name
+from ._paths import PathLike, data_file, existing_path
 
 __all__ = ["GRAPHS", "NODE_LABELS", "GraphSpec", "LabelSpec", "available_graphs", "load_graph",
            "load_node_labels"]
@@ -240,15 +239,8 @@ def load_graph(name_or_path: PathLike, data_dir: PathLike | None = None, verify:
     if isinstance(name_or_path, str) and name_or_path in GRAPHS:
         graph = _load_named(name_or_path, data_dir, verify)
     else:
-        if not isinstance(name_or_path, (str, os.PathLike)):
-            raise TypeError(f"name_or_path must be a graph name or a path, got "
-                            f"{type(name_or_path).__name__}")
-        path = Path(name_or_path).expanduser()
-        if not path.exists():
-            if looks_like_name(name_or_path):
-                raise ValueError(f"unknown graph {name_or_path!r}: expected one of "
-                                 f"{', '.join(GRAPHS)} or a path to an edge-list CSV")
-            raise FileNotFoundError(f"edge list {path.absolute()} does not exist")
+        path = existing_path(name_or_path, "name_or_path", "graph", GRAPHS, expected="a path to an edge-list CSV",
+                             missing="edge list")
         graph = _load_path(path)
     if largest_component:
         graph, _ = graph.largest_component()

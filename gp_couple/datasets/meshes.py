@@ -16,7 +16,6 @@ nodes; fuze has one).
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ import numpy as np
 from .._checks import check_int
 from .._random import SeedLike
 from ..graphs import Graph
-from ._paths import PathLike, data_file, freeze, looks_like_name, random_split
+from ._paths import PathLike, data_file, existing_path, freeze, random_split
 
 if TYPE_CHECKING:  # pragma: no cover
     import trimesh
@@ -149,15 +148,8 @@ def load_mesh(path_or_name: PathLike, data_dir: PathLike | None = None,
                 "differently, so results may not match the paper's", RuntimeWarning,
                 stacklevel=2)
         return dataset
-    if not isinstance(path_or_name, (str, os.PathLike)):
-        raise TypeError(f"path_or_name must be a mesh name or a path, got "
-                        f"{type(path_or_name).__name__}")
-    path = Path(path_or_name).expanduser()
-    if not path.exists():
-        if looks_like_name(path_or_name):
-            raise ValueError(f"unknown mesh {path_or_name!r}: expected one of "
-                             f"{', '.join(MESHES)} or a path to a mesh file")
-        raise FileNotFoundError(f"mesh file {path.absolute()} does not exist")
+    path = existing_path(path_or_name, "path_or_name", "mesh", MESHES, expected="a path to a mesh file",
+                         missing="mesh file")
     if not path.is_file():
         raise ValueError(f"{path.absolute()} is not a file")
     return mesh_from_trimesh(_read_mesh(path), path.stem)
