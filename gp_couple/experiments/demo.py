@@ -20,7 +20,7 @@ import numpy as np
 from ..datasets import default_mesh, split_test_nodes
 from ..evaluation import nlpd, rmse
 from ..models import predict
-from ..recipes import fit_grf_gp
+from ..recipes import RECOMMENDED_PREDICT_WALKERS, RECOMMENDED_TRAIN_WALKERS, fit_grf_gp
 from ..settings import grf_gp_settings
 from ._report import add_common_arguments, emit, figure_folder, log_figures, non_negative_int, positive_int
 from ._couplings import add_walk_arguments
@@ -53,8 +53,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"gamma={trained['hyperparameters']['gamma']:.3g}, noise={trained['noise']:.3g}",
         f"exact kernel at these hyperparameters, test RMSE: {report['exact_at_trained']['test_rmse']:.4f}",
     ] + report["notes"] + [
-        "recommended GRF-GP end to end (gp_couple.recipes.fit_grf_gp: 64 antithetic repelling walkers, "
-        f"predictions with 1024 sigma-coupled ones) in {report['recommended']['seconds']:.1f}s: "
+        "recommended GRF-GP end to end (gp_couple.recipes.fit_grf_gp: "
+        f"{RECOMMENDED_TRAIN_WALKERS} antithetic repelling walkers, "
+        f"predictions with {RECOMMENDED_PREDICT_WALKERS} sigma-coupled ones) in {report['recommended']['seconds']:.1f}s: "
         f"test RMSE {report['recommended']['test_rmse']:.4f}, NLPD {report['recommended']['test_nlpd']:.3f}",
         f"total time {time.perf_counter() - start:.1f}s"]
     return report

@@ -1,8 +1,8 @@
 """The recommended GRF-GP configuration (:mod:`gp_couple.recipes`): unbiased kernel estimates, and
 predictions closer to the exact GP's than the previous default's.
 
-It trains with 64 antithetic, repelling walkers per node at ``p_halt = 0.1`` and predicts
-after redrawing 1024 sigma-coupled repelling walkers fitted at the learnt hyperparameters
+It trains with 48 antithetic, repelling walkers per node at ``p_halt = 0.1`` and predicts
+after redrawing 512 sigma-coupled repelling walkers fitted at the learnt hyperparameters
 (measured in ``benchmarks/bench_graph_gp_accuracy.py``).
 """
 
