@@ -75,14 +75,24 @@ def _metrics(mean, variance, signal, observed, test) -> dict[str, float]:
     return {"test_rmse": rmse(mean, signal[test]), "test_nlpd": nlpd(mean, variance, observed[test])}
 
 
-def run_gp(method: str, spec: str, walkers: int, p_halt: float, iterations: int, subset: int,
-           seed: int) -> dict[str, Any]:
-    """Train and predict with ``method`` in {"grf", "exact"}; return timings and accuracy."""
+def scaled_graph_gp(base: Any, train: np.ndarray, observed: np.ndarray) -> tuple[Any, Any, Any]:
+    """``ScaleKernel(base)``, a Gaussian likelihood and the ``GraphGP`` on the observed training nodes."""
     import gpytorch
     import torch
 
-    from gp_couple import (Diffusion, ExactGraphKernel, GraphGP, GRFKernel, fit_gp, grf_gp_settings,
-                           predict)
+    from gp_couple import GraphGP
+
+    kernel = gpytorch.kernels.ScaleKernel(base)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    return kernel, likelihood, GraphGP(train, torch.as_tensor(observed[train], dtype=torch.float32), likelihood, kernel)
+
+
+def run_gp(method: str, spec: str, walkers: int, p_halt: float, iterations: int, subset: int,
+           seed: int) -> dict[str, Any]:
+    """Train and predict with ``method`` in {"grf", "exact"}; return timings and accuracy."""
+    import torch
+
+    from gp_couple import Diffusion, ExactGraphKernel, GRFKernel, fit_gp, grf_gp_settings, predict
 
     graph, signal, observed, train, test = problem(spec, seed)
     baseline = reset_peak()
@@ -96,9 +106,7 @@ def run_gp(method: str, spec: str, walkers: int, p_halt: float, iterations: int,
 
         normalized_adjacency_eigh(graph)  # the dense eigendecomposition: part of setup
     setup = time.perf_counter() - start
-    kernel = gpytorch.kernels.ScaleKernel(base)
-    likelihood = gpytorch.likelihoods.GaussianLikelihood()
-    model = GraphGP(train, torch.as_tensor(observed[train], dtype=torch.float32), likelihood, kernel)
+    kernel, likelihood, model = scaled_graph_gp(base, train, observed)
     with grf_gp_settings():
         start = time.perf_counter()
         losses = fit_gp(model, likelihood, iterations=iterations, lr=0.05, seed=seed)

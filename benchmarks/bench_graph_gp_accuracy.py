@@ -81,7 +81,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _measure import dispatch_worker, emit_report, run_in_subprocess  # noqa: E402
-from bench_graph_gp import _metrics, problem as random_walk_problem  # noqa: E402
+from bench_graph_gp import _metrics, problem as random_walk_problem, scaled_graph_gp  # noqa: E402
 
 #: Walker counts, couplings and direction schemes of the full comparison (issue, section 2).
 WALKERS = (16, 64, 256)
@@ -361,10 +361,7 @@ def _sigma_coupling(kernel: Any, p_halt: float, seed: int) -> Any:
 
 def run_method(spec: str, method: str, iterations: int, subset: int, seed: int, out_dir: str) -> dict[str, Any]:
     """Train and predict with one method; the subset's predictive distribution goes to ``out_dir``."""
-    import gpytorch
-    import torch
-
-    from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, fit_gp, grf_gp_settings, predict
+    from gp_couple import Diffusion, ExactGraphKernel, GRFKernel, fit_gp, grf_gp_settings, predict
 
     config = parse_method(method)
     graph, signal, observed, train, test = problem(spec, seed)
@@ -390,9 +387,7 @@ def run_method(spec: str, method: str, iterations: int, subset: int, seed: int, 
         if config["diagonal"] == "split":
             base = split_diagonal_kernel(base)
     setup = time.perf_counter() - start
-    kernel = gpytorch.kernels.ScaleKernel(base)
-    likelihood = gpytorch.likelihoods.GaussianLikelihood()
-    model = GraphGP(train, torch.as_tensor(observed[train], dtype=torch.float32), likelihood, kernel)
+    kernel, likelihood, model = scaled_graph_gp(base, train, observed)
     with grf_gp_settings():
         start = time.perf_counter()
         if config.get("fixed"):
