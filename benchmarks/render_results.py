@@ -430,21 +430,25 @@ def products() -> str:
         return ""
     names = ["train_gram_33", "train_gram_1", "train_gram_backward_33", "cross_gram_1", "cross_gram_300",
              "preconditioner", "preconditioner_reused_pivots"]
-    rows = [[r["graph"], r["code"], r["nnz"], r["touched_columns"], r["load_before"]]
-            + [f"{r[name]['ratio']:.2f} ({r[name]['s'] * 1e3:.0f} ms)" if name in r else None for name in names]
-            for r in report["products"] if "error" not in r]
-    parts = ["each product's time / the nnz-bound SciPy CSR products measured just before it "
-             "(same nnz, same right-hand sides; milliseconds in brackets):\n\n" + _table(
-                 ["graph", "code", "nnz", "touched nodes", "load", "K X (33)", "K x (1)", "backward (33)",
-                  "K*X x (1)", "K*X X (300)", "pivoted Cholesky", "… reused pivots"], rows)]
-    protocol = [[r["graph"], r["code"], r["wall_s"], r["cpu_s"], r.get("train_cpu_s"), r.get("predict_cpu_s"),
-                 r["peak_gb"], f"{r['final_loss']:.5f}", r["test_rmse"], r["test_nlpd"],
-                 f"{r['load_before']:.1f}-{r['load_after']:.1f}"]
-                for r in report.get("protocol", []) if "error" not in r]
-    if protocol:
-        parts.append("protocol (features, 50 Adam steps, mean and variance at 10^4 nodes):\n\n" + _table(
-            ["graph", "code", "wall (s)", "CPU (s)", "train CPU (s)", "predict CPU (s)", "peak (GB)", "final loss",
-             "test RMSE", "test NLPD", "load"], protocol))
+    parts = []
+    for key, where in (("products", "shared machine"), ("products_idle", "idle machine")):
+        rows = [[r["graph"], r["code"], r["nnz"], r["touched_columns"], r["load_before"]]
+                + [f"{r[name]['ratio']:.2f} ({r[name]['s'] * 1e3:.0f} ms)" if name in r else None for name in names]
+                for r in report.get(key, []) if "error" not in r]
+        if rows:
+            parts.append(f"`{key}` ({where}): each product's time / the nnz-bound SciPy CSR products measured "
+                         "just before it (same nnz, same right-hand sides; milliseconds in brackets):\n\n" + _table(
+                             ["graph", "code", "nnz", "touched nodes", "load", "K X (33)", "K x (1)", "backward (33)",
+                              "K*X x (1)", "K*X X (300)", "pivoted Cholesky", "… reused pivots"], rows))
+    for key, where in (("protocol", "shared machine"), ("protocol_idle_intersection", "idle machine")):
+        protocol = [[r["graph"], r["code"], r["wall_s"], r["cpu_s"], r.get("train_cpu_s"), r.get("predict_cpu_s"),
+                     r["peak_gb"], f"{r['final_loss']:.5f}", r["test_rmse"], r["test_nlpd"],
+                     f"{r['load_before']:.1f}-{r['load_after']:.1f}"]
+                    for r in report.get(key, []) if "error" not in r]
+        if protocol:
+            parts.append(f"`{key}` ({where}; features, 50 Adam steps, mean and variance at 10^4 nodes):\n\n"
+                         + _table(["graph", "code", "wall (s)", "CPU (s)", "train CPU (s)", "predict CPU (s)",
+                                   "peak (GB)", "final loss", "test RMSE", "test NLPD", "load"], protocol))
     lanczos = [[r["graph"], size["root_size"], size["predict_cpu_s"], size["variance_rel_error_max"],
                 size["variance_rel_error_mean"]] for r in report.get("lanczos", []) if "error" not in r
                for size in r["sizes"]]

@@ -95,8 +95,7 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
                      nodes=rows, seed=base_seed)
     device = resolve_device(device)
     likelihood = gpytorch.likelihoods.GaussianLikelihood().to(device)
-    targets = torch.as_tensor(np.asarray(train_targets), dtype=torch.get_default_dtype())
-    model = GraphGP(train, targets, likelihood, gpytorch.kernels.ScaleKernel(base).to(device))
+    model = GraphGP(train, train_targets, likelihood, gpytorch.kernels.ScaleKernel(base).to(device))
     with grf_gp_settings():
         fit_gp(model, likelihood, iterations=iterations, lr=lr, seed=base_seed)
     with torch.no_grad():

@@ -64,7 +64,10 @@ class PosteriorPredictive:
         :param targets: Observed values, shape ``(n,)``.
         :raises ValueError: If the shape does not match.
         """
-        y = torch.as_tensor(np.asarray(targets, dtype=np.float64))
+        if isinstance(targets, Tensor):
+            y = targets.detach().to(device=self.means.device, dtype=torch.float64)
+        else:
+            y = torch.as_tensor(np.asarray(targets, dtype=np.float64), device=self.means.device)
         if y.shape != self.means.shape[-1:]:
             raise ValueError(f"targets must have shape ({self.means.shape[-1]},), got {tuple(y.shape)}")
         means, variances = self.means.double(), self.variances.double()

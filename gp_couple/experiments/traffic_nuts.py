@@ -82,7 +82,7 @@ def _hyperparameters(model: GraphGP) -> dict[str, float]:
 
 def _scores(model: GraphGP, test: np.ndarray, speeds: np.ndarray, shift: float, scale: float) -> dict[str, float]:
     predictive = posterior_predictive(model, test).rescaled(shift, scale)
-    return {"test_rmse": rmse(predictive.mean.numpy(), speeds), "test_nlpd": predictive.nlpd(speeds)}
+    return {"test_rmse": rmse(predictive.mean.cpu().numpy(), speeds), "test_nlpd": predictive.nlpd(speeds)}
 
 
 def fit_point(kind: str, graph: Any, train: np.ndarray, test: np.ndarray, standardised: np.ndarray,

@@ -220,6 +220,53 @@ class CSRPattern:
         pairs[id(other)] = (weakref.ref(other), result)
         return result
 
+    def restrict_columns(self, space: Tensor) -> tuple[CSRPattern, Tensor]:
+        r"""The entries whose column lies in ``space``, relabelled onto ``space``.
+
+        In a product :math:`\Phi x` with :math:`x` zero outside ``space`` the other
+        entries meet zeros, so they can be dropped: the cross covariance of test and
+        training rows only needs the nodes that both sides' walks visited.
+
+        :param space: Sorted distinct columns.
+        :return: ``(pattern, slots)``: an :math:`R \times |\mathrm{space}|` pattern and the
+            entry index of each of its entries (``new_values = values[..., slots]``).
+        """
+        if space.numel() == 0:
+            empty = torch.zeros(0, dtype=torch.int64, device=self.device)
+            return CSRPattern(torch.zeros(self.num_rows + 1, dtype=torch.int64, device=self.device),
+                              empty, 0, validate=False), empty
+        position = torch.searchsorted(space, self.columns).clamp_(max=space.numel() - 1)
+        keep = space[position] == self.columns
+        slots = keep.nonzero().squeeze(-1)
+        counts = segment_sum(keep.to(torch.int64), self.row_indices, self.num_rows)
+        pointer = torch.zeros(self.num_rows + 1, dtype=torch.int64, device=self.device)
+        torch.cumsum(counts, 0, out=pointer[1:])
+        return CSRPattern(pointer, position[slots], space.numel(), validate=False), slots
+
+    def joint_restricted(self, other: CSRPattern) -> tuple[tuple[CSRPattern, Tensor], tuple[CSRPattern, Tensor]]:
+        r"""This pattern and ``other`` restricted to the columns that both touch.
+
+        The inner space of the products of a cross product :math:`\Phi_A\Phi_B^\top`
+        (its intersection, not the union of :meth:`joint_compact`: an entry of either
+        side outside it is multiplied by zero). Cached per ``other`` (held weakly).
+
+        :param other: A pattern with the same number of columns.
+        :return: ``((self_r, self_slots), (other_r, other_slots))`` as in :meth:`restrict_columns`.
+        """
+        pairs: dict[int, Any] = self._cached("joint_restricted", dict)
+        hit = pairs.get(id(other))
+        if hit is not None and hit[0]() is other:
+            return hit[1]
+        mine, theirs = self.touched_columns(), other.touched_columns()
+        if other is self:
+            shared = mine
+        else:
+            position = torch.searchsorted(theirs, mine).clamp_(max=max(theirs.numel() - 1, 0))
+            shared = mine[theirs[position] == mine] if theirs.numel() else theirs
+        result = (self.restrict_columns(shared), other.restrict_columns(shared))
+        pairs[id(other)] = (weakref.ref(other), result)
+        return result
+
     # ---------------------------------------------------------------- row selection
     def gather_rows(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Stored entries of the given rows, in order.

@@ -94,7 +94,6 @@ def _dense_block(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOp
                  start: int, stop: int) -> Tensor:
     r"""Columns ``start:stop`` of :math:`\Phi_A\Phi_B^\top`."""
     batch = left.batch_shape
-    device = left.device
     sub_pattern, slots = right.pattern.slice_rows(start, stop)
     nodes, compressed = torch.unique(sub_pattern.columns, sorted=True, return_inverse=True)
     width = stop - start
@@ -106,12 +105,7 @@ def _dense_block(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOp
     block_t = block_t.scatter(-1, keys.expand(*batch, keys.numel()), right.values[..., slots])
     block_t = block_t.reshape(*batch, nodes.numel(), width)
     # Phi_A restricted to the same nodes: its entries elsewhere meet zeros.
-    position = torch.searchsorted(nodes, left.pattern.columns).clamp_(max=nodes.numel() - 1)
-    keep = nodes[position] == left.pattern.columns
-    counts = segment_sum(keep.to(torch.int64), left.pattern.row_indices, left.pattern.num_rows)
-    pointer = torch.zeros(left.pattern.num_rows + 1, dtype=torch.int64, device=device)
-    torch.cumsum(counts, 0, out=pointer[1:])
-    restricted = CSRPattern(pointer, position[keep], nodes.numel(), validate=False)
+    restricted, keep = left.pattern.restrict_columns(nodes)
     return sparse_matmul(restricted, left.values[..., keep], block_t)
 
 
@@ -230,17 +224,40 @@ class GRFGramLinearOperator(LinearOperator):
         left, right, _ = self.left.pattern.joint_compact(self.right.pattern)
         return left, right
 
+    def _product_factors(self) -> tuple[SparseFeatureLinearOperator, SparseFeatureLinearOperator]:
+        r"""The two feature matrices on the inner space of a product, on their compact columns.
+
+        A cross product :math:`\Phi_A\Phi_B^\top X` only sums over the nodes that both
+        sides' walks visited (test and training rows share a small part of the graph),
+        so each side keeps only its entries there: on a :math:`10^6`-node grid this
+        halves the work of the predictive mean. The restricted values are gathered once
+        per operator (again after an in-place change of the values) when no gradient is
+        tracked; a tracked gather belongs to one product's autograd graph.
+        """
+        if self.is_symmetric:
+            return self.left, self.left
+        tracked = torch.is_grad_enabled() and (self.left.values.requires_grad or self.right.values.requires_grad)
+        versions = (self.left.values._version, self.right.values._version)
+        cached_factors = None if tracked else getattr(self, "_restricted_factors", None)
+        if cached_factors is None or cached_factors[0] != versions:
+            (left_pattern, left_slots), (right_pattern, right_slots) = \
+                self.left.pattern.joint_restricted(self.right.pattern)
+            factors = (SparseFeatureLinearOperator(self.left.values[..., left_slots], pattern=left_pattern),
+                       SparseFeatureLinearOperator(self.right.values[..., right_slots], pattern=right_pattern))
+            if tracked:
+                return factors
+            cached_factors = self._restricted_factors = (versions, factors)
+        return cached_factors[1]
+
     def _matmul(self, rhs: Tensor) -> Tensor:
-        left, right = self._inner_patterns()
-        inner = self.right.compact_product(rhs, transpose=True, pattern=right)
-        return self.left.compact_product(inner, transpose=False, pattern=left)
+        left, right = self._product_factors()
+        return left.compact_product(right.compact_product(rhs, transpose=True), transpose=False)
 
     def _t_matmul(self, rhs: Tensor | LinearOperator) -> Tensor:
         if isinstance(rhs, LinearOperator):
             rhs = rhs.to_dense()
-        left, right = self._inner_patterns()
-        inner = self.left.compact_product(rhs, transpose=True, pattern=left)
-        return self.right.compact_product(inner, transpose=False, pattern=right)
+        left, right = self._product_factors()
+        return right.compact_product(left.compact_product(rhs, transpose=True), transpose=False)
 
     def _transpose_nonbatch(self) -> GRFGramLinearOperator:
         return self if self.is_symmetric else self.__class__(self.right, self.left)

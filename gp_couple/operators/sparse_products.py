@@ -26,6 +26,7 @@ Other devices use torch's CSR kernels.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -113,10 +114,12 @@ def spmm(pattern: CSRPattern, values: Tensor, rhs: Tensor, *, transpose: bool = 
     num_out = pattern.num_columns if transpose else pattern.num_rows
     if values.ndim == 1:
         # One sparse product for every right-hand side: fold rhs batches into columns.
+        # Explicit batch counts: -1 is ambiguous when a product is empty (no shared nodes).
         lead, (inner, width) = rhs.shape[:-2], rhs.shape[-2:]
-        flat = rhs.reshape(-1, inner, width).transpose(0, 1).reshape(inner, -1)
+        count = math.prod(lead)
+        flat = rhs.reshape(count, inner, width).transpose(0, 1).reshape(inner, count * width)
         out = _single_product(pattern, values, flat, transpose, transposed_values)
-        return out.reshape(num_out, -1, width).transpose(0, 1).reshape(*lead, num_out, width)
+        return out.reshape(num_out, count, width).transpose(0, 1).reshape(*lead, num_out, width)
     batch = _broadcast_batch(values.shape[:-1], rhs.shape[:-2])
     values = values.expand(*batch, pattern.nnz)
     if transposed_values is not None:

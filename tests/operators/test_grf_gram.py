@@ -118,3 +118,45 @@ def test_constructor_validation():
         GRFGramLinearOperator(_features(3, 5, 6), _features(3, 6, 7))
     with pytest.raises(TypeError, match="dtypes"):
         GRFGramLinearOperator(_features(3, 5, 6), _features(3, 5, 7, dtype=torch.float32))
+
+
+def test_cross_products_run_on_the_shared_nodes_and_keep_gradients():
+    # Test and training rows share a few graph nodes only; the products drop the rest.
+    left, right = _features(6, 50, 20), _features(8, 50, 22)
+    gram = GRFGramLinearOperator(left, right)
+    reference = gram_reference(gram).detach()
+    rhs = torch.randn(8, 3, dtype=torch.float64)
+    with torch.no_grad():  # caches the restricted factors untracked
+        torch.testing.assert_close(gram._matmul(rhs), reference @ rhs)
+    factor_left, factor_right = gram._product_factors()
+    assert factor_left.pattern.num_columns == factor_right.pattern.num_columns
+    assert factor_left.pattern.nnz < left.pattern.nnz and factor_right.pattern.nnz < right.pattern.nnz
+    torch.testing.assert_close(gram._t_matmul(torch.ones(6, 2, dtype=torch.float64)),
+                               reference.mT @ torch.ones(6, 2, dtype=torch.float64))
+    # With gradients on, the gather is tracked again: values get their gradients.
+    values = left.values.clone().requires_grad_(True)
+    tracked = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=left.pattern), right)
+    with torch.no_grad():
+        tracked._matmul(rhs)
+    tracked._matmul(rhs).sum().backward()
+    dense_values = values.detach().clone().requires_grad_(True)
+    dense = gram_reference(GRFGramLinearOperator(SparseFeatureLinearOperator(dense_values, pattern=left.pattern),
+                                                 right))
+    (dense @ rhs).sum().backward()
+    torch.testing.assert_close(values.grad, dense_values.grad)
+    # An in-place change of the values is seen by the next product.
+    with torch.no_grad():
+        left.values.mul_(2.0)
+        torch.testing.assert_close(gram._matmul(rhs), 2.0 * reference @ rhs)
+
+
+def test_cross_product_of_rows_with_no_shared_node_is_zero():
+    from gp_couple.operators import CSRPattern
+
+    left = SparseFeatureLinearOperator(torch.tensor([1.0, 2.0]), pattern=CSRPattern(
+        torch.tensor([0, 1, 2]), torch.tensor([0, 1]), 6))
+    right = SparseFeatureLinearOperator(torch.tensor([3.0]), pattern=CSRPattern(
+        torch.tensor([0, 1]), torch.tensor([5]), 6))
+    gram = GRFGramLinearOperator(left, right)
+    torch.testing.assert_close(gram._matmul(torch.ones(1, 4)), torch.zeros(2, 4))
+    torch.testing.assert_close(gram._t_matmul(torch.ones(2, 4)), torch.zeros(1, 4))
