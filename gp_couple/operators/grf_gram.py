@@ -236,6 +236,8 @@ class GRFGramLinearOperator(LinearOperator):
         """
         if self.is_symmetric:
             return self.left, self.left
+        if self.left.pattern is self.right.pattern:  # e.g. (c Phi) Phi^T: one compact space already
+            return self.left, self.right
         tracked = torch.is_grad_enabled() and (self.left.values.requires_grad or self.right.values.requires_grad)
         versions = (self.left.values._version, self.right.values._version)
         cached_factors = None if tracked else getattr(self, "_restricted_factors", None)

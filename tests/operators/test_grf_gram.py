@@ -109,6 +109,8 @@ def test_scaling_keeps_the_exact_root():
     torch.testing.assert_close(root.to_dense(), 2.5 * gram_reference(gram))
     negative = gram.mul(torch.tensor(-1.0, dtype=torch.float64))
     torch.testing.assert_close(negative.to_dense(), -gram_reference(gram))
+    rhs = torch.randn(6, 2, dtype=torch.float64)
+    torch.testing.assert_close(negative._matmul(rhs), -gram_reference(gram) @ rhs)
 
 
 def test_constructor_validation():
