@@ -258,11 +258,10 @@ class CSRPattern:
         if hit is not None and hit[0]() is other:
             return hit[1]
         mine, theirs = self.touched_columns(), other.touched_columns()
-        if other is self:
-            shared = mine
-        else:
-            position = torch.searchsorted(theirs, mine).clamp_(max=max(theirs.numel() - 1, 0))
-            shared = mine[theirs[position] == mine] if theirs.numel() else theirs
+        shared = theirs
+        if theirs.numel():
+            position = torch.searchsorted(theirs, mine).clamp_(max=theirs.numel() - 1)
+            shared = mine[theirs[position] == mine]
         result = (self.restrict_columns(shared), other.restrict_columns(shared))
         pairs[id(other)] = (weakref.ref(other), result)
         return result
