@@ -128,7 +128,7 @@ def grf_row(spec: str, observed: int, test: int, walkers: int, p_halt: float, it
         _synchronize(device)
         training = time.perf_counter() - start
         start = time.perf_counter()
-        mean, variance = predict(model, likelihood, test_nodes, fast=True, seed=seed)
+        mean, variance = predict(model, likelihood, test_nodes, seed=seed)
         _synchronize(device)
         prediction = time.perf_counter() - start
     mean, variance = mean.double().cpu().numpy(), variance.double().cpu().numpy()

@@ -112,7 +112,7 @@ def run_gp(method: str, spec: str, walkers: int, p_halt: float, iterations: int,
         losses = fit_gp(model, likelihood, iterations=iterations, lr=0.05, seed=seed)
         training = time.perf_counter() - start
         start = time.perf_counter()
-        mean, variance = predict(model, likelihood, test, fast=True, seed=seed)
+        mean, variance = predict(model, likelihood, test, seed=seed)
         prediction = time.perf_counter() - start
     result = {"method": method, "setup_s": setup, "train_s": training, "predict_s": prediction,
               "total_s": setup + training + prediction, "peak_gb": peak_increase(baseline),

@@ -408,7 +408,7 @@ def run_method(spec: str, method: str, iterations: int, subset: int, seed: int, 
             refit = "sigma" in (config["coupling"], config["predict_coupling"])
             coupling = _sigma_coupling(base, config["p_halt"], seed) if refit else None
             base.resample(seed + 2, num_walkers=config["predict_walkers"], coupling=coupling)
-        mean, variance = predict(model, likelihood, test, fast=True, seed=seed)
+        mean, variance = predict(model, likelihood, test, seed=seed)
         prediction = time.perf_counter() - start
     cpu = time.process_time() - cpu_start
     result: dict[str, Any] = {

@@ -10,11 +10,13 @@ message that names the argument.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
 
-__all__ = ["is_int", "check_p_halt", "check_int", "check_positive_int", "check_batch_shape"]
+__all__ = ["is_int", "check_p_halt", "check_int", "check_positive_int", "check_batch_shape",
+           "ALWAYS_FITS_BYTES", "TooLargeError", "available_memory", "format_bytes", "check_memory"]
 
 
 def is_int(value: Any) -> bool:
@@ -80,3 +82,65 @@ def check_batch_shape(batch_shape: Any) -> tuple[int, ...]:
         if not is_int(size) or size < 0:
             raise ValueError(f"batch_shape must hold non-negative ints, got {shape}")
     return tuple(int(size) for size in shape)
+
+
+#: Estimates up to this many bytes are not compared with the available memory (which
+#: would cost a system call for every small graph).
+ALWAYS_FITS_BYTES = 64 * 2 ** 20
+
+
+class TooLargeError(ValueError):
+    """An input asking for more memory than is available (raised by :func:`check_memory`)."""
+
+
+def available_memory() -> int | None:
+    """Bytes of memory a new allocation can use without swapping, or ``None`` when unknown.
+
+    ``psutil`` where installed, else ``MemAvailable`` of ``/proc/meminfo`` (Linux: free
+    memory plus reclaimable caches), else the free physical pages of :func:`os.sysconf`.
+    """
+    try:
+        import psutil
+    except ImportError:
+        pass
+    else:
+        return int(psutil.virtual_memory().available)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def format_bytes(num_bytes: float) -> str:
+    """``num_bytes`` in binary units for messages (``"1.5 GiB"``)."""
+    value = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            break
+        value /= 1024
+    return f"{value:.3g} {unit}"
+
+
+def check_memory(what: str, estimate: float, hint: str = "") -> None:
+    """Refuse, before allocating, a result whose estimated size exceeds the available memory.
+
+    :param what: What would be built, for the message (e.g. ``"a graph with 10 nodes"``).
+    :param estimate: Estimated peak memory in bytes.
+    :param hint: Appended to the message (e.g. how to make the result smaller).
+    :raises TooLargeError: (a ``ValueError``) ``"<what> needs about <estimate> of memory, more
+        than the <available> available"``; nothing is refused when the available memory is
+        unknown, nor an estimate up to :data:`ALWAYS_FITS_BYTES`.
+    """
+    if estimate <= ALWAYS_FITS_BYTES:
+        return
+    available = available_memory()
+    if available is not None and estimate > available:
+        raise TooLargeError(f"{what} needs about {format_bytes(estimate)} of memory, more than the "
+                            f"{format_bytes(available)} available{hint}")

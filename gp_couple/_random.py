@@ -8,6 +8,7 @@ seed gives the same result whichever entry point is used.
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Iterator, Union
 
 import numpy as np
@@ -64,6 +65,12 @@ def draw_seed(seed: SeedLike) -> int:
     return int(np.random.SeedSequence(int(seed)).generate_state(1, dtype=np.uint64)[0]) >> 1
 
 
+#: Held by every seeded block (:func:`seeded_torch_rng`): torch's global generator is one
+#: per process, so two seeded blocks in two threads take turns with it. Re-entrant: a
+#: seeded block may run another one in the same thread.
+_GLOBAL_RNG_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def seeded_torch_rng(seed: SeedLike) -> Iterator[None]:
     """Seed torch's global CPU generator from ``seed`` inside the block, restoring it after.
@@ -72,10 +79,17 @@ def seeded_torch_rng(seed: SeedLike) -> Iterator[None]:
     generator, so training and fast predictive variances are only reproducible when
     it is seeded; forking keeps the caller's global state untouched. ``None`` leaves
     the global generator as it is.
+
+    Thread safety: the generator is shared by the whole process, so a seeded block holds
+    a process-wide lock from seeding to restoring. Seeded blocks in several threads (e.g.
+    ``fit_gp(seed=0)`` on two models at once) therefore run one after the other, each with
+    exactly the draws of a sequential run, and never restore another block's state. Code
+    that draws from the global generator without a seeded block is not serialised and
+    can still perturb a seeded block running in another thread.
     """
     if seed is None:
         yield
         return
-    with torch.random.fork_rng(devices=[]):
+    with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(draw_seed(seed))
         yield

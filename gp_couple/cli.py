@@ -8,7 +8,9 @@ command's module (``gp_couple.experiments.<module>``, which defines
 Errors reach the user as one line, ``gp-couple COMMAND: error: ...``, whatever raised
 them (bad input, a missing or unreadable file, a failure inside a library); ``--debug``
 shows the full traceback instead. Progress bars appear on a terminal and ``--quiet``
-silences them (:mod:`gp_couple.progress`).
+silences them (:mod:`gp_couple.progress`). Every output path (``--json FILE``, ``--plot DIR``,
+``--save-couplings DIR``) is checked before the command starts
+(:func:`gp_couple.experiments._report.check_outputs`), and files are written atomically.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ COMMANDS: dict[str, Command] = {
 
 _DESCRIPTION = "Variance-reducing couplings for random features (Reid et al., ICLR 2025)."
 _EPILOG = ("Run 'gp-couple COMMAND --help' for a command's options and an example. Every command\n"
-           "prints a table (JSON with --json) and writes its figures as PNG files with --plot DIR.\n\n"
+           "prints a table (JSON with --json, or into FILE with --json FILE) and writes its figures\n"
+           "as PNG files with --plot DIR.\n\n"
            "example:\n  gp-couple demo")
 
 #: reST markup that docstring-derived descriptions may carry, and its plain-text form.
@@ -217,8 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .progress import progress_bars
 
     try:
+        from .experiments._report import check_outputs
         from .settings import threads
 
+        # Every output path is checked before the run, not found unusable after it.
+        check_outputs(args)
         # Commands with --threads run with their thread pools bounded (None: unchanged).
         with progress_bars(not args.quiet), threads(getattr(args, "threads", None)):
             args.func(args)

@@ -27,6 +27,13 @@ Conventions
 * **Duplicate edges** (edge lists, multigraphs) have their weights summed, as
   ``networkx.to_numpy_array`` does.
 * **Zero weights** mean "no edge" and are removed.
+* **Weight types.** Weights are real numbers: complex, string or object weights are a
+  ``TypeError`` (never silently cast, which would drop an imaginary part or parse text).
+* **Node ids and size.** Nodes are ``0, ..., num_nodes - 1``; an edge list whose ids are
+  spread over a much larger range than the ids it uses (at least
+  :data:`SPARSE_IDS_MIN_NODES` nodes, over 90 % of them isolated) draws a warning that
+  suggests relabelling them, and a graph whose estimated memory exceeds the available
+  memory is refused with the estimate before anything is allocated.
 * **Weight range.** Weights must be finite and non-negative, and every weighted degree
   (row sum of :math:`\mathbf W`) at most :data:`MAX_WEIGHTED_DEGREE` (``1e300``), so that
   degree sums and the normalisation stay finite in float64. Graph kernels depend only on
@@ -37,13 +44,15 @@ Conventions
 from __future__ import annotations
 
 import hashlib
+import numbers
+import warnings
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ._checks import check_int, is_int
+from ._checks import check_int, check_memory, is_int
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
@@ -52,6 +61,20 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Largest weighted degree (row sum of W) a graph may have: far below float64's 1.8e308,
 #: leaving room for the symmetrisation and degree products of the normalisation.
 MAX_WEIGHTED_DEGREE = 1e300
+
+#: An edge list inferring at least this many nodes, over 90 % of them unused by its edges,
+#: draws a warning (its ids are sparse: relabel them).
+SPARSE_IDS_MIN_NODES = 100_000
+_SPARSE_IDS_RATIO = 10
+
+# Peak bytes of building a graph, measured with tracemalloc (about 24 per node and 100-220
+# per edge-list row for Graph.from_edges and grid_graph, about 880 per face for an
+# icosphere through trimesh, about 430 per edge through networkx), rounded up.
+_BYTES_PER_NODE = 32
+_BYTES_PER_EDGE = 224
+_BYTES_PER_MESH_FACE = 1024
+_NETWORKX_BYTES_PER_NODE = 1024
+_NETWORKX_BYTES_PER_EDGE = 512
 
 SelfLoopPolicy = Literal["error", "drop", "keep"]
 _SELF_LOOP_POLICIES = ("error", "drop", "keep")
@@ -78,9 +101,11 @@ class Graph:
         array-like) with non-negative finite weights.
     :param self_loops: What to do with diagonal entries: ``"error"`` (default),
         ``"drop"`` or ``"keep"``.
-    :raises TypeError: If ``adjacency`` is not a matrix.
+    :raises TypeError: If ``adjacency`` is not a matrix of real numbers (complex, string
+        and object matrices are refused).
     :raises ValueError: If the matrix is empty, not square, not symmetric, or has
-        negative, NaN or infinite weights, or self-loops under ``self_loops="error"``.
+        negative, NaN or infinite weights, or self-loops under ``self_loops="error"``, or
+        (a sparse matrix) cannot be converted within the available memory.
     """
 
     def __init__(self, adjacency: Any, *, self_loops: SelfLoopPolicy = "error") -> None:
@@ -126,11 +151,22 @@ class Graph:
         repeated edges have their weights summed. An edge listed as both ``(u, v)`` and
         ``(v, u)`` counts twice.
 
+        Node ids are used as they are: ids ``0`` and ``10**7`` make a graph of ``10**7 + 1``
+        nodes. When ``num_nodes`` is inferred and the edges use under a tenth of at least
+        :data:`SPARSE_IDS_MIN_NODES` ids, a warning suggests relabelling them
+        (``np.unique(edges, return_inverse=True)``, or ``load_graph(..., relabel=True)``
+        for a file); a graph too large for the available memory is refused beforehand.
+
         :param edges: Integer array of shape ``(E, 2)``.
-        :param weights: Optional positive weights of shape ``(E,)`` (default all ones).
-        :param num_nodes: Number of nodes (default ``edges.max() + 1``); use it to
-            include isolated nodes with large indices.
+        :param weights: Optional positive real weights of shape ``(E,)`` (default all ones).
+        :param num_nodes: Number of nodes, a positive int (default ``edges.max() + 1``);
+            use it to include isolated nodes with large indices.
         :param self_loops: Self-loop policy.
+        :raises TypeError: If ``edges`` are not integers, ``weights`` not real numbers or
+            ``num_nodes`` not an int.
+        :raises ValueError: For a wrong shape, a negative node index, ``num_nodes`` below 1
+            or below the largest index + 1, invalid weights, or a graph that cannot fit
+            in memory (the message gives the estimate).
         """
         _check_policy(self_loops)
         edge_array = np.asarray(edges)
@@ -139,25 +175,28 @@ class Graph:
         if edge_array.ndim != 2 or edge_array.shape[1] != 2:
             raise ValueError(f"edges must have shape (E, 2), got {edge_array.shape}")
         if not np.issubdtype(edge_array.dtype, np.integer):
+            # Floats beyond int64 would wrap around when cast.
             if not np.issubdtype(edge_array.dtype, np.floating) or not np.all(
-                np.isfinite(edge_array)) or np.any(edge_array != np.round(edge_array)):
+                np.abs(edge_array) < 2.0 ** 63) or np.any(edge_array != np.round(edge_array)):
                 raise TypeError("edges must hold integer node indices")
             edge_array = edge_array.astype(np.int64)
         if edge_array.size and edge_array.min() < 0:
             raise ValueError("edges contain a negative node index")
         inferred = int(edge_array.max()) + 1 if edge_array.size else 0
-        if num_nodes is None:
-            num_nodes = inferred
-        elif int(num_nodes) < inferred:
-            raise ValueError(
-                f"edges reference node {inferred - 1} but num_nodes={num_nodes}")
+        if num_nodes is not None:
+            num_nodes = check_int("num_nodes", num_nodes, 1)
+            if num_nodes < inferred:
+                raise ValueError(f"edges reference node {inferred - 1} but num_nodes={num_nodes}")
         if weights is None:
             weight_array = np.ones(len(edge_array), dtype=np.float64)
         else:
-            weight_array = np.asarray(weights, dtype=np.float64)
+            weight_array = _real_array("weights", np.asarray(weights))
             if weight_array.shape != (len(edge_array),):
                 raise ValueError(
                     f"weights must have shape ({len(edge_array)},), got {weight_array.shape}")
+        inferring = num_nodes is None
+        num_nodes = inferred if inferring else num_nodes
+        _check_edge_list_fits(edge_array, num_nodes, sparse_ids_hint=inferring)
         # Each undirected edge is stored in both orientations; a self-loop only once.
         mirrored = edge_array[:, 0] != edge_array[:, 1]
         rows = np.concatenate([edge_array[:, 0], edge_array[mirrored, 1]])
@@ -178,11 +217,15 @@ class Graph:
 
         :param graph: A networkx graph. Directed graphs are rejected unless
             ``symmetrize=True`` (element-wise maximum of the two directions).
-        :param weight: Edge attribute holding the weight (missing attributes count as
-            1); ``None`` makes the graph unweighted.
+        :param weight: Edge attribute holding the weight, a real number (missing
+            attributes count as 1); ``None`` makes the graph unweighted.
         :param nodelist: Node order.
         :param symmetrize: Accept directed graphs by symmetrising them.
         :param self_loops: Self-loop policy.
+        :raises TypeError: If ``graph`` is not a networkx graph, or an edge's weight is
+            not a real number (a string such as ``'2'``, a complex number, ``None``).
+        :raises ValueError: For an empty or (without ``symmetrize``) directed graph, or
+            invalid weights.
         """
         import networkx as nx
 
@@ -194,6 +237,8 @@ class Graph:
                 "symmetrize=True to use max(W, W^T), or convert it with graph.to_undirected()")
         if graph.number_of_nodes() == 0:
             raise ValueError("graph is empty: it has no nodes")
+        if weight is not None:
+            _check_networkx_weights(graph, weight)
         matrix = nx.to_scipy_sparse_array(graph, nodelist=nodelist, weight=weight, format="csr")
         return cls.from_scipy(matrix, symmetrize=graph.is_directed(), self_loops=self_loops)
 
@@ -202,27 +247,37 @@ class Graph:
         """Build the graph of a triangle mesh.
 
         With ``nodes="faces"`` (the paper's setting, Appendix F.2 "Scalable GPs on graphs",
-        paragraph "Training GRF-GPs: technical details" [app:grf_gp_details]) node ``i`` is
-        face ``i`` and two faces are joined when they share an edge (``mesh.face_adjacency``). With
-        ``nodes="vertices"`` node ``i`` is vertex ``i``
-        and the graph is the mesh's edge graph. Edges are unweighted.
+        paragraph "Training GRF-GPs: technical details" [app:grf_gp_details]) the nodes are
+        the faces and two faces are joined when they share an edge (two of their
+        vertices), also at a non-manifold edge: the three or more faces around such an
+        edge are joined pairwise. Exact duplicate faces (the same three vertices, in either
+        orientation) are merged into the first of them with a warning
+        (:func:`distinct_faces`), so node ``i`` is the ``i``-th distinct face in file order
+        (face ``i`` when there are no duplicates). With ``nodes="vertices"`` node ``i`` is
+        vertex ``i`` and the graph is the mesh's edge graph. Edges are unweighted. Faces of
+        zero area with three distinct vertices are ordinary nodes here (only their normal
+        is undefined).
 
-        :param mesh: A :class:`trimesh.Trimesh`.
+        :param mesh: A :class:`trimesh.Trimesh` with at least one face.
         :param nodes: ``"faces"`` or ``"vertices"``.
+        :raises TypeError: If ``mesh`` is not a :class:`trimesh.Trimesh`.
+        :raises ValueError: For an unknown ``nodes``, a mesh without faces (vertices), a vertex with
+            a NaN or infinite coordinate, or a face that repeats a vertex (each named).
         """
         import trimesh
 
         if not isinstance(mesh, trimesh.Trimesh):
             raise TypeError(f"expected a trimesh.Trimesh, got {type(mesh).__name__}")
+        if nodes not in ("faces", "vertices"):
+            raise ValueError(f"nodes must be 'faces' or 'vertices', got {nodes!r}")
+        if len(mesh.faces if nodes == "faces" else mesh.vertices) == 0:
+            raise ValueError(f"mesh has no {nodes}")
         if nodes == "faces":
-            # trimesh lists a face pair twice when duplicated faces of opposite
-            # orientation share an edge; the graph has one unweighted edge per pair.
-            pairs = np.unique(np.sort(np.asarray(mesh.face_adjacency), axis=1), axis=0)
-            return cls.from_edges(pairs.reshape(-1, 2), num_nodes=len(mesh.faces))
-        if nodes == "vertices":
-            pairs = np.unique(np.sort(np.asarray(mesh.edges_unique), axis=1), axis=0)
-            return cls.from_edges(pairs.reshape(-1, 2), num_nodes=len(mesh.vertices))
-        raise ValueError(f"nodes must be 'faces' or 'vertices', got {nodes!r}")
+            faces = np.asarray(mesh.faces)[distinct_faces(mesh)]
+            return cls.from_edges(_shared_edge_pairs(faces), num_nodes=len(faces))
+        check_mesh(mesh)
+        pairs = np.unique(np.sort(np.asarray(mesh.edges_unique), axis=1), axis=0)
+        return cls.from_edges(pairs.reshape(-1, 2), num_nodes=len(mesh.vertices))
 
     # ---------------------------------------------------------------- structure
     @property
@@ -371,9 +426,16 @@ class Graph:
 
 # ------------------------------------------------------------------ procedural graphs
 def grid_graph(rows: int, cols: int) -> Graph:
-    """The ``rows x cols`` 4-neighbour grid; node ``r * cols + c`` sits at ``(r, c)``."""
-    if int(rows) < 1 or int(cols) < 1:
-        raise ValueError(f"grid dimensions must be positive, got {rows} x {cols}")
+    """The ``rows x cols`` 4-neighbour grid; node ``r * cols + c`` sits at ``(r, c)``.
+
+    :param rows: Number of rows, a positive int.
+    :param cols: Number of columns, a positive int.
+    :raises TypeError: If ``rows`` or ``cols`` is not an int.
+    :raises ValueError: If one is below 1, or the grid cannot fit in memory (the message
+        gives the estimate).
+    """
+    rows, cols = check_int("rows", rows, 1), check_int("cols", cols, 1)
+    _check_graph_fits(f"grid_graph({rows}, {cols})", rows * cols, 2 * rows * cols)
     index = np.arange(rows * cols, dtype=np.int64).reshape(rows, cols)
     horizontal = np.stack([index[:, :-1].ravel(), index[:, 1:].ravel()], axis=1)
     vertical = np.stack([index[:-1, :].ravel(), index[1:, :].ravel()], axis=1)
@@ -388,7 +450,7 @@ def erdos_renyi_graph(num_nodes: int, edge_probability: float, seed: int = 0) ->
     :param seed: Non-negative int seed of networkx's generator.
     :raises TypeError: If an argument is not a number of the right kind.
     :raises ValueError: If ``num_nodes < 1``, ``edge_probability`` lies outside
-        ``[0, 1]`` or ``seed`` is negative.
+        ``[0, 1]``, ``seed`` is negative, or the graph cannot fit in memory.
     """
     import networkx as nx
 
@@ -399,32 +461,158 @@ def erdos_renyi_graph(num_nodes: int, edge_probability: float, seed: int = 0) ->
         raise ValueError(f"edge_probability must lie in [0, 1], got {edge_probability}")
     if not is_int(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    expected_edges = float(edge_probability) * num_nodes * (num_nodes - 1) / 2
+    check_memory(f"erdos_renyi_graph({num_nodes}, {edge_probability}) (about {expected_edges:.3g} edges)",
+                 _NETWORKX_BYTES_PER_NODE * num_nodes + _NETWORKX_BYTES_PER_EDGE * expected_edges)
     return Graph.from_networkx(nx.gnp_random_graph(int(num_nodes), float(edge_probability), seed=int(seed)),
                                weight=None)
 
 
 def icosphere_graph(subdivisions: int) -> Graph:
-    """Faces of ``trimesh.creation.icosphere(subdivisions)`` as nodes (``20 * 4**subdivisions`` nodes)."""
+    """Faces of ``trimesh.creation.icosphere(subdivisions)`` as nodes (``20 * 4**subdivisions`` nodes).
+
+    :param subdivisions: Number of subdivisions of the icosahedron, a non-negative int.
+    :raises TypeError: If ``subdivisions`` is not an int.
+    :raises ValueError: If it is negative, or the mesh cannot fit in memory (checked
+        before it is built; the message gives the estimate).
+    """
     import trimesh
 
-    return Graph.from_trimesh(trimesh.creation.icosphere(subdivisions=int(subdivisions)))
+    subdivisions = check_int("subdivisions", subdivisions, 0)
+    num_faces = 20 * 4 ** subdivisions
+    check_memory(f"icosphere_graph({subdivisions}) ({num_faces} faces)", _BYTES_PER_MESH_FACE * float(num_faces))
+    return Graph.from_trimesh(trimesh.creation.icosphere(subdivisions=subdivisions))
+
+
+# ------------------------------------------------------------------ meshes
+def check_mesh(mesh: trimesh.Trimesh, source: str = "mesh") -> None:
+    """Refuse a mesh with non-finite vertices, or faces that repeat a vertex or index a missing one.
+
+    trimesh silently drops the faces of NaN or infinite vertices when it processes a
+    mesh (renumbering the faces after them) and gives degenerate faces a zero normal,
+    so both are errors here.
+
+    :param mesh: A :class:`trimesh.Trimesh`.
+    :param source: What the mesh is, for the messages (e.g. ``"mesh file bunny.ply"``).
+    :raises ValueError: Naming the first vertex with a NaN or infinite coordinate, or the
+        first face whose three vertex indices are not distinct or not all vertices.
+    """
+    vertices, faces = np.asarray(mesh.vertices), np.asarray(mesh.faces).reshape(-1, 3)
+    non_finite = np.flatnonzero(~np.all(np.isfinite(vertices), axis=1))
+    if non_finite.size:
+        vertex = int(non_finite[0])
+        raise ValueError(f"{source}: vertex {vertex} has a NaN or infinite coordinate "
+                         f"{vertices[vertex].tolist()} ({non_finite.size} such vertices); fix or remove them")
+    outside = np.flatnonzero(np.any((faces < 0) | (faces >= len(vertices)), axis=1))
+    if outside.size:
+        face = int(outside[0])
+        raise ValueError(f"{source}: face {face} has vertices {faces[face].tolist()}, but the mesh has "
+                         f"{len(vertices)} vertices")
+    repeated = np.flatnonzero((faces[:, 0] == faces[:, 1]) | (faces[:, 1] == faces[:, 2])
+                              | (faces[:, 0] == faces[:, 2]))
+    if repeated.size:
+        face = int(repeated[0])
+        raise ValueError(f"{source}: face {face} has vertices {faces[face].tolist()}, repeating a vertex "
+                         f"({repeated.size} such degenerate faces); remove them, e.g. with "
+                         "mesh.update_faces(mesh.nondegenerate_faces())")
+
+
+def distinct_faces(mesh: trimesh.Trimesh, source: str = "mesh") -> np.ndarray:
+    """Indices of the faces of a checked mesh that are the nodes of its face graph.
+
+    The mesh is checked with :func:`check_mesh`. Exact duplicate faces (the same three
+    vertices, in either orientation) would be one triangle counted twice; each is merged
+    into its first occurrence, with a warning naming one of them.
+
+    :param mesh: A :class:`trimesh.Trimesh`.
+    :param source: What the mesh is, for the messages.
+    :return: The sorted int64 indices of the first occurrence of every distinct face
+        (``arange(len(mesh.faces))`` when there are no duplicates).
+    :raises ValueError: As :func:`check_mesh`.
+    """
+    check_mesh(mesh, source)
+    faces = np.asarray(mesh.faces)
+    _, first, group = np.unique(np.sort(faces, axis=1), axis=0, return_index=True, return_inverse=True)
+    keep = np.sort(first).astype(np.int64)
+    if len(keep) < len(faces):
+        group = group.ravel()
+        duplicate = int(np.flatnonzero(first[group] != np.arange(len(faces)))[0])
+        warnings.warn(
+            f"{source}: {len(faces) - len(keep)} faces repeat the vertices of an earlier face (e.g. face "
+            f"{duplicate} those of face {first[group[duplicate]]}) and are merged into it: the face graph "
+            f"has {len(keep)} nodes, the distinct faces in order", stacklevel=3)
+    return keep
+
+
+def _shared_edge_pairs(faces: np.ndarray) -> np.ndarray:
+    """Pairs ``(i, j)``, ``i < j``, of faces sharing an edge; the k faces at an edge give all k(k-1)/2 pairs."""
+    edges = np.sort(faces[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2), axis=1)
+    owners = np.repeat(np.arange(len(faces), dtype=np.int64), 3)
+    order = np.lexsort((owners, edges[:, 1], edges[:, 0]))
+    edges, owners = edges[order], owners[order]
+    starts = np.flatnonzero(np.r_[True, np.any(edges[1:] != edges[:-1], axis=1)])
+    sizes = np.diff(np.r_[starts, len(edges)])
+    pairs = [np.zeros((0, 2), dtype=np.int64)]
+    for size in np.unique(sizes[sizes > 1]):
+        members = owners[starts[sizes == size][:, None] + np.arange(size)]
+        first, second = np.triu_indices(size, 1)
+        pairs.append(np.stack([members[:, first].ravel(), members[:, second].ravel()], axis=1))
+    return np.unique(np.sort(np.concatenate(pairs), axis=1), axis=0)
 
 
 # ------------------------------------------------------------------ validation helpers
+def _check_real(name: str, dtype: np.dtype) -> None:
+    """Refuse complex, string and object values, which a cast to float64 would drop a part of or parse."""
+    if dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {dtype}")
+
+
+def _real_array(name: str, array: np.ndarray) -> np.ndarray:
+    _check_real(name, array.dtype)
+    return array.astype(np.float64)
+
+
+def _check_graph_fits(what: str, num_nodes: int, num_edges: int, hint: str = "") -> None:
+    check_memory(what, _BYTES_PER_NODE * float(num_nodes) + _BYTES_PER_EDGE * float(num_edges), hint)
+
+
+def _check_edge_list_fits(edges: np.ndarray, num_nodes: int, sparse_ids_hint: bool) -> None:
+    """Warn about sparse inferred ids, refuse an edge list whose graph cannot fit (before allocating it)."""
+    hint = ""
+    if sparse_ids_hint and num_nodes >= SPARSE_IDS_MIN_NODES:
+        used = len(np.unique(edges))
+        if used * _SPARSE_IDS_RATIO < num_nodes:
+            hint = (f"; the edges use only {used} distinct node ids, the largest {num_nodes - 1}: relabel "
+                    f"them 0..{used - 1} (np.unique(edges, return_inverse=True), or "
+                    "gp_couple.datasets.load_graph(path, relabel=True) for an edge-list file)")
+    _check_graph_fits(f"a graph with {num_nodes} nodes and {len(edges)} edges", num_nodes, len(edges), hint)
+    if hint:
+        warnings.warn(f"the edge list makes a graph of {num_nodes} nodes, most of them isolated{hint}",
+                      stacklevel=3)
+
+
+def _check_networkx_weights(graph: nx.Graph, weight: str) -> None:
+    for u, v, value in graph.edges(data=weight, default=1):
+        if not isinstance(value, numbers.Real):
+            raise TypeError(f"edge ({u!r}, {v!r}) has {weight}={value!r} ({type(value).__name__}): weights "
+                            f"(the edge attribute weight={weight!r}) must be real numbers; convert them, "
+                            "or pass weight=None for an unweighted graph")
+
+
 def _as_csr(adjacency: Any) -> sp.csr_matrix:
     if sp.issparse(adjacency):
+        _check_real("adjacency", adjacency.dtype)
+        _check_graph_fits(f"a graph with {max(adjacency.shape)} nodes", max(adjacency.shape), adjacency.nnz)
         matrix = sp.csr_matrix(adjacency, dtype=np.float64, copy=True)
     else:
         if isinstance(adjacency, torch.Tensor):
             adjacency = adjacency.detach().cpu().to_dense().numpy()
         if isinstance(adjacency, (str, bytes)) or not hasattr(adjacency, "__len__") and not hasattr(adjacency, "shape"):
             raise TypeError(f"adjacency must be a matrix, got {type(adjacency).__name__}")
-        array = np.asarray(adjacency)
-        if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
-            raise TypeError(f"adjacency must be numeric, got dtype {array.dtype}")
+        array = _real_array("adjacency", np.asarray(adjacency))
         if array.ndim != 2:
             raise ValueError(f"adjacency must be 2-D, got shape {array.shape}")
-        matrix = sp.csr_matrix(array.astype(np.float64))
+        matrix = sp.csr_matrix(array)
     if matrix.shape[0] == 0 or matrix.shape[1] == 0:
         raise ValueError("graph is empty: adjacency has no nodes")
     return matrix

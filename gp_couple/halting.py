@@ -57,6 +57,7 @@ learns a long-range kernel (``gp-couple traffic``).
 from __future__ import annotations
 
 import math
+import warnings
 from copy import deepcopy
 
 import numpy as np
@@ -68,10 +69,19 @@ from ._checks import check_p_halt
 from ._deprecation import renamed_keywords
 from .kernel_families import KernelFamily
 
-__all__ = ["halting_inflation", "suggest_p_halt", "DEFAULT_MAX_INFLATION"]
+__all__ = ["DEFAULT_MAX_INFLATION", "HaltingInflationWarning", "WARNING_INFLATION", "halting_inflation",
+           "suggest_p_halt", "warn_if_inflated"]
 
 #: Default budget :math:`\rho_\mathrm{max}` for :func:`suggest_p_halt` (see the module docstring).
 DEFAULT_MAX_INFLATION = 2.0
+#: Inflation above which a kernel warns: from about 4 on, the long-range benchmark's
+#: estimates were no better than the zero matrix.
+WARNING_INFLATION = 4.0
+
+
+class HaltingInflationWarning(RuntimeWarning):
+    """The walks halt too early for the kernel's current hyperparameters (see :func:`warn_if_inflated`)."""
+
 
 _FIRST_TERMS = 128
 _MAX_TERMS = 8192
@@ -194,3 +204,36 @@ def suggest_p_halt(kernel_family: KernelFamily, *, max_inflation: float = DEFAUL
                          "the modulation decays too slowly for graph random features "
                          "(lower p_min or choose shorter-range hyperparameters)")
     return float(brentq(excess, p_min, p_max, xtol=1e-6, rtol=1e-6))
+
+
+def _describe(kernel_family: KernelFamily) -> str:
+    return ", ".join(f"{name}={float(value):.4g}" for name, value in kernel_family.hyperparameters().items()
+                     if isinstance(value, (int, float, torch.Tensor)) and torch.as_tensor(value).numel() == 1)
+
+
+def warn_if_inflated(kernel_family: KernelFamily, p_halt: float, owner: str) -> bool:
+    r"""Warn when :math:`\rho(p_\mathrm{halt})` of ``kernel_family`` exceeds :data:`WARNING_INFLATION`.
+
+    Kernel families with batched hyperparameters are not judged (their entries differ).
+
+    :param kernel_family: The kernel family at its current hyperparameters.
+    :param p_halt: The walks' termination probability.
+    :param owner: Who is warning (named in the message).
+    :return: Whether it warned.
+    :warns HaltingInflationWarning: Naming ``p_halt`` and :func:`suggest_p_halt`'s value.
+    """
+    family = deepcopy(kernel_family).cpu()
+    try:
+        inflation = halting_inflation(family, p_halt)
+    except ValueError:
+        return False
+    if inflation <= WARNING_INFLATION:
+        return False
+    try:
+        advice = f"p_halt <= {suggest_p_halt(family):.3g} (gp_couple.halting.suggest_p_halt)"
+    except ValueError as error:
+        advice = f"shorter-range hyperparameters ({error})"
+    warnings.warn(f"{owner}: at the current hyperparameters ({_describe(family)}) p_halt={p_halt:g} inflates the "
+                  f"second moment of the features by {inflation:.3g} > {WARNING_INFLATION:g}, so the kernel "
+                  f"estimate is unreliable; use {advice}", HaltingInflationWarning, stacklevel=3)
+    return True

@@ -561,12 +561,19 @@ class InverseCosine(KernelFamily):
 class PowerSeries(KernelFamily):
     r"""Any kernel :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` from its coefficients.
 
-    Coefficients beyond those given are zero. :math:`\alpha_0` must be positive; for a
-    positive semi-definite kernel :math:`\sum_k \alpha_k \lambda^k \ge 0` must hold on
-    :math:`[-1, 1]` (not checked).
+    Coefficients beyond those given are zero. :math:`\alpha_0` must be positive, and the
+    kernel positive semi-definite on every graph: the eigenvalues of
+    :math:`\widetilde{\mathbf W}` fill :math:`[-1, 1]` (bipartite graphs reach
+    :math:`-1`), so :math:`g(\lambda) = \sum_k \alpha_k \lambda^k \ge 0` must hold there.
+    Both are checked at construction (the minimum of :math:`g` on :math:`[-1, 1]`, at the
+    ends or at a real root of :math:`g'`); learnable coefficients are not checked again
+    while they train.
 
     :param coefficients: :math:`\alpha_0, \alpha_1, \dots` (1-D).
     :param learnable: Make the coefficients a trainable parameter.
+    :raises ValueError: If the coefficients are empty, not 1-D, not finite,
+        :math:`\alpha_0 \le 0`, or :math:`g(\lambda) < 0` somewhere on :math:`[-1, 1]`
+        (the message names the coefficients and where).
     """
 
     def __init__(self, coefficients: Any, *, learnable: bool = False) -> None:
@@ -578,6 +585,7 @@ class PowerSeries(KernelFamily):
             raise ValueError("coefficients must be finite")
         if alpha[0] <= 0:
             raise ValueError(f"the zeroth coefficient must be positive, got {float(alpha[0])}")
+        _check_positive_semidefinite(alpha.double().numpy())
         if learnable:
             self.register_parameter("series_coefficients", torch.nn.Parameter(alpha))
         else:
@@ -598,6 +606,28 @@ class PowerSeries(KernelFamily):
 
     def hyperparameters(self) -> dict[str, Any]:
         return {"coefficients": self.series_coefficients.detach().tolist()}
+
+
+def _check_positive_semidefinite(alpha: np.ndarray) -> None:
+    r"""Raise unless :math:`g(\lambda) = \sum_k \alpha_k \lambda^k \ge 0` on :math:`[-1, 1]`.
+
+    The minimum of a polynomial on an interval lies at an end or at a critical point, so
+    :math:`g` is evaluated at :math:`\pm 1` and at the real roots of :math:`g'` inside;
+    a dense grid backs up roots that the companion-matrix eigenvalues place slightly off
+    the real line. Values down to :math:`-10^{-12} \sum_k |\alpha_k|` count as zero
+    (round-off of a series that touches zero, e.g. :math:`1 + \lambda` at :math:`-1`).
+    """
+    series = np.polynomial.Polynomial(alpha)
+    roots = series.deriv().roots() if alpha.size > 2 else np.array([])
+    critical = roots.real[(np.abs(roots.imag) <= 1e-9 * np.maximum(1.0, np.abs(roots))) & (np.abs(roots.real) <= 1.0)]
+    points = np.concatenate([[-1.0, 1.0], critical, np.linspace(-1.0, 1.0, 2001)])
+    values = series(points)
+    lowest = int(np.argmin(values))
+    if values[lowest] < -1e-12 * np.abs(alpha).sum():
+        raise ValueError(
+            f"coefficients {alpha.tolist()} do not give a positive semi-definite kernel: "
+            f"g(lambda) = sum_k alpha_k lambda^k is {values[lowest]:.4g} at lambda = {points[lowest]:.4g}, and the "
+            "eigenvalues of the normalised adjacency fill [-1, 1]; g must be >= 0 there")
 
 
 _FAMILIES: dict[str, type[KernelFamily]] = {

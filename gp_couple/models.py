@@ -21,7 +21,8 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import gpytorch
 import numpy as np
@@ -34,9 +35,10 @@ from torch import Tensor
 from ._random import SeedLike, seeded_torch_rng
 from .kernels.graph_node import GraphNodeKernel, node_index_tensor
 from .kernels.grf import GRFKernel
-from .progress import progress
+from .optimize import Convergence, TrainingHistory, minimize
+from .predictive_variance import VarianceEstimate, check_variance_method, posterior_variance
 
-__all__ = ["GraphGP", "TrainingWarning", "adam_steps", "check_schedule", "check_training", "fit_gp", "predict",
+__all__ = ["GraphGP", "Prediction", "fit_gp", "predict",
            "node_index_array", "module_device"]
 
 _FLOAT32_EXACT = 2**24
@@ -182,6 +184,11 @@ class GraphGP(gpytorch.models.ExactGP):
             raise ValueError(f"train_targets contains NaN or infinite values (first at position {bad})")
         return torch.as_tensor(array).to(dtype)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.training:
+            _drop_stale_caches(self)
+        return super().__call__(*args, **kwargs)
+
     def forward(self, x: Tensor) -> MultivariateNormal:
         covariance = self.covar_module(x)
         # ZeroMean returns the input's dtype; the node-index inputs may differ from the
@@ -197,165 +204,174 @@ def _check_pair(model: gpytorch.models.ExactGP, likelihood: Likelihood) -> None:
         raise ValueError("likelihood must be the likelihood the model was built with (model.likelihood)")
 
 
-class TrainingWarning(RuntimeWarning):
-    """Training ended worse than it started or its loss never moved (see :func:`fit_gp`)."""
-
-
-#: A run is reported when its last loss exceeds its first by this fraction of max(1, |first|)
-#: (plus three standard deviations of the step-to-step noise of stochastic CG losses).
-_DIVERGENCE_TOLERANCE = 0.01
-
-
-def _loss_summary(history: list[float]) -> str:
-    best = int(np.argmin(history))
-    return (f"loss {history[0]:.6g} at step 0, best {history[best]:.6g} at step {best}, "
-            f"last {history[-1]:.6g} at step {len(history) - 1}")
-
-
-def check_training(history: list[float], lr: float) -> None:
-    r"""Warn (:class:`TrainingWarning`) when a loss history shows diverged or stalled training.
-
-    Diverged: the last loss exceeds the first by more than 1 % of
-    :math:`\max(1, |\text{first}|)` plus three standard deviations of the loss noise
-    (estimated from the differences of the last ten losses, which are random under
-    CG/Lanczos). Stalled: the loss did not change at all over two or more steps (e.g.
-    after a step so large that every gradient vanished).
-
-    :param history: Losses, one per step.
-    :param lr: The learning rate used (named in the message).
-    """
-    if len(history) < 2:
-        return
-    values = np.asarray(history, dtype=np.float64)
-    first, last = values[0], values[-1]
-    tail = np.diff(values[-10:])
-    noise = float(np.std(tail) / math.sqrt(2)) if tail.size > 1 else 0.0
-    if last > first + _DIVERGENCE_TOLERANCE * max(1.0, abs(first)) + 3 * noise:
-        warnings.warn(f"training diverged: {_loss_summary(history)}; the model keeps its last "
-                      f"parameters. Try a smaller lr than {lr:g}", TrainingWarning, stacklevel=3)
-    elif np.ptp(values) == 0:
-        warnings.warn(f"training stalled: the loss stayed at {first:.6g} for {len(history)} steps "
-                      f"(zero gradients?); check lr={lr:g} and which parameters require grad",
-                      TrainingWarning, stacklevel=3)
-
-
 def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations: int, lr: float = 0.01,
-           callback: Callable[[int, float], bool | None] | None = None, seed: SeedLike = None) -> list[float]:
-    r"""Maximise the exact marginal log-likelihood with Adam (Appendix F.2 "Scalable GPs on graphs",
+           optimizer: str = "adam", convergence: Convergence | None = None,
+           callback: Callable[[int, float], bool | None] | None = None, seed: SeedLike = None) -> TrainingHistory:
+    r"""Maximise the exact marginal log-likelihood (Appendix F.2 "Scalable GPs on graphs",
     paragraph "Training GRF-GPs: technical details" [app:grf_gp_details]).
 
-    Every iteration evaluates :math:`-\log p(\mathbf y \mid \theta) / n` on the training
-    data and takes one Adam step on all parameters of ``model`` (which include the
-    likelihood's). gpytorch picks Cholesky or CG/Lanczos by ``max_cholesky_size``:
-    use :func:`gp_couple.settings.grf_gp_settings`. Train/eval modes are restored.
+    Minimises :math:`-\log p(\mathbf y \mid \theta) / n` over all parameters of
+    ``model`` (which include the likelihood's) with :func:`gp_couple.optimize.minimize`:
+    Adam (the paper's optimiser) or L-BFGS on a deterministic objective (the same CG probe
+    vectors at every evaluation; Cholesky below gpytorch's ``max_cholesky_size``, see
+    :func:`gp_couple.settings.grf_gp_settings`). Train/eval modes are restored.
 
     :param model: The GP (in any mode).
     :param likelihood: ``model.likelihood``.
-    :param iterations: Number of Adam steps (the paper uses 1000).
+    :param iterations: Most Adam steps or L-BFGS iterations (the paper uses 1000 Adam steps).
     :param lr: Adam learning rate.
+    :param optimizer: ``"adam"`` or ``"lbfgs"``.
+    :param convergence: Stopping rule (:class:`gp_couple.optimize.Convergence`); ``None``
+        runs all Adam steps (L-BFGS always stops on one).
     :param callback: Called as ``callback(step, loss)`` after each step; returning
         ``True`` stops training early.
     :param seed: Seeds the random probe vectors of CG/Lanczos training (drawn from
         torch's global generator, which is restored afterwards), so that training is
         reproducible; ``None`` uses the global generator as it is.
-    :return: The loss before each step (negative MLL per data point).
+    :return: The loss before each step and how training ended (:class:`gp_couple.optimize.TrainingHistory`).
     :raises FloatingPointError: If the loss or a parameter becomes NaN or infinite (the
         result would be meaningless).
     :warns TrainingWarning: If training diverged (the last loss is clearly above the
-        first, e.g. because ``lr`` is too large) or stalled (the loss never changed); the
-        message summarises the loss history (see :func:`check_training`).
+        first, e.g. because ``lr`` is too large), stalled (the loss never changed) or did
+        not converge within ``iterations`` (see :func:`gp_couple.optimize.check_training`).
     """
     _check_pair(model, likelihood)
-    check_schedule(iterations, lr)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable, got {type(callback).__name__}")
     was_training = model.training
     model.train()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
     try:
-        return adam_steps(lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
-                          dict(model.named_parameters()), iterations=iterations, lr=lr, seed=seed,
-                          callback=callback)
+        return minimize(lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
+                        dict(model.named_parameters()), iterations=iterations, lr=lr, optimizer=optimizer,
+                        convergence=convergence, seed=seed, callback=callback)
     finally:
         model.train(was_training)
+        for kernel in _graph_kernels(model):
+            kernel.check_estimator()
 
 
-def check_schedule(iterations: Any, lr: Any) -> None:
-    """Validate an Adam schedule: ``iterations`` a non-negative int, ``lr`` a positive finite float.
+@dataclass(frozen=True)
+class Prediction:
+    r"""Predictive means and variances at some nodes, with how the variances were computed.
 
-    :raises ValueError: Naming the argument.
+    Unpacks as ``mean, variance = predict(...)`` (and indexes as ``prediction[0]``,
+    ``prediction[1]``).
+
+    :ivar mean: Predictive means, shape ``(*batch, n)``.
+    :ivar variance: Predictive variances (of noisy observations or of the latent
+        function, as requested), shape ``(*batch, n)``, in the model's dtype.
+    :ivar estimate: The variance method and its estimated relative error
+        (:class:`~gp_couple.predictive_variance.VarianceEstimate`); ``None`` when
+        variances were skipped.
     """
-    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 0:
-        raise ValueError(f"iterations must be a non-negative int, got {iterations!r}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a positive float, got {lr!r}")
+
+    mean: Tensor
+    variance: Tensor
+    estimate: VarianceEstimate | None
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return iter((self.mean, self.variance))
+
+    def __getitem__(self, index: int) -> Tensor:
+        return (self.mean, self.variance)[index]
+
+    def __len__(self) -> int:
+        return 2
 
 
-def adam_steps(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Parameter], *, iterations: int,
-               lr: float, seed: SeedLike = None,
-               callback: Callable[[int, float], bool | None] | None = None) -> list[float]:
-    """Minimise ``objective()`` with Adam over ``parameters``: the training loop of :func:`fit_gp`.
+class _StateFingerprint:
+    """What an evaluating model's caches were built from: its buffers' identities and its parameters' values.
 
-    :param objective: Returns the loss (a scalar tensor) of the current parameters.
-    :param parameters: The parameters to train, by name (names appear in errors).
-    :param iterations: Number of steps.
-    :param lr: Adam learning rate.
-    :param seed: Seeds torch's global generator inside the loop (restored afterwards).
-    :param callback: Called as ``callback(step, loss)``; returning ``True`` stops early.
-    :return: The loss before each step.
-    :raises FloatingPointError: If the loss or a parameter becomes NaN or infinite.
-    :warns TrainingWarning: If the loss history shows diverged or stalled training
-        (:func:`check_training`).
+    Buffers (walks, frequencies) can be large: their identity, storage and in-place version
+    stand for them. Parameters are small and may be set through ``.data`` (gpytorch's
+    setters do), which leaves their version alone: their values are kept.
     """
-    optimizer = torch.optim.Adam(parameters.values(), lr=float(lr))
-    history: list[float] = []
-    with seeded_torch_rng(seed):
-        for step in progress(range(int(iterations)), description="training", unit="step"):
-            optimizer.zero_grad()
-            loss = objective()
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                raise FloatingPointError(f"the training loss became {value} at step {step}")
-            loss.backward()
-            optimizer.step()
-            history.append(value)
-            if callback is not None and callback(step, value) is True:
-                break
-    for name, parameter in parameters.items():
-        if not bool(torch.isfinite(parameter).all()):
-            raise FloatingPointError(f"parameter {name} became NaN or infinite during training "
-                                     f"({_loss_summary(history)}); try a smaller lr than {lr:g}")
-    check_training(history, float(lr))
-    return history
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.buffers = tuple((id(buffer), buffer.data_ptr(), buffer._version) for buffer in model.buffers())
+        self.parameters = tuple(parameter.detach().clone() for parameter in model.parameters())
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _StateFingerprint) and self.buffers == other.buffers
+                and len(self.parameters) == len(other.parameters)
+                and all(mine.shape == theirs.shape and torch.equal(mine, theirs)
+                        for mine, theirs in zip(self.parameters, other.parameters)))
 
 
-def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, *, fast: bool = False,
-            noise: bool = True, seed: SeedLike = None) -> tuple[Tensor, Tensor]:
+def _drop_stale_caches(model: gpytorch.models.ExactGP) -> None:
+    """Forget gpytorch's prediction caches when a parameter or buffer changed since they were built.
+
+    gpytorch keeps the caches of an evaluating :class:`~gpytorch.models.ExactGP` until it
+    returns to training mode; a kernel whose walks or frequencies were redrawn
+    (``resample``) or whose hyperparameters were set in evaluation mode would otherwise
+    predict with the old ones.
+    """
+    fingerprint = _StateFingerprint(model)
+    if getattr(model, "_gp_couple_fingerprint", None) != fingerprint:
+        model.prediction_strategy = None
+        model._gp_couple_fingerprint = fingerprint
+
+
+def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, *, noise: bool = True,
+            variance: str = "auto", variance_tolerance: float = 0.01, seed: SeedLike = None) -> Prediction:
     r"""Predictive mean and variance at ``nodes`` (no gradients).
+
+    The mean is gpytorch's (a solve with the training covariance, by Cholesky or CG as
+    the gpytorch settings choose). The variances are computed by
+    :func:`gp_couple.predictive_variance.posterior_variance` to a stated accuracy:
+    by a float64 Cholesky factor on small training sets, by a block Krylov subspace
+    grown until the estimated relative error is below ``variance_tolerance`` on large
+    ones; the estimate comes back with them (:attr:`Prediction.estimate`). Caches of an
+    earlier prediction are dropped if any parameter or buffer changed since (e.g. after
+    :meth:`~gp_couple.kernels.grf.GRFKernel.resample`).
 
     :param model: A trained :class:`GraphGP` (or any ExactGP on node-index inputs).
     :param likelihood: ``model.likelihood``.
     :param nodes: Node indices to predict at, shape ``(n,)``.
-    :param fast: Use gpytorch's ``fast_pred_var`` (Lanczos) for the variances.
     :param noise: Return the variance of noisy observations :math:`y_*` (default,
         what NLPD needs); ``False`` returns the latent :math:`g(v_*)` variance.
-    :param seed: Seeds the random vectors of CG/Lanczos solves and ``fast`` variances
-        (torch's global generator is restored afterwards); ``None`` uses it as it is.
-    :return: ``(mean, variance)``, each of shape ``(n,)`` (plus any batch shape).
+    :param variance: ``"auto"`` (dense up to
+        :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` training points,
+        Krylov above), ``"dense"`` or ``"lanczos"``.
+    :param variance_tolerance: Largest estimated relative error of the Krylov variances.
+    :param seed: Seeds the random vectors of CG solves and of the Krylov start block
+        (torch's global generator is restored afterwards); ``None`` draws them from
+        torch's global generator.
+    :return: A :class:`Prediction` (unpacks as ``mean, variance``, each of shape
+        ``(n,)`` plus any batch shape).
+    :raises ValueError: For an unknown ``variance`` method or a tolerance outside (0, 1).
     """
     _check_pair(model, likelihood)
+    check_variance_method(variance, variance_tolerance)
     if isinstance(model, GraphGP):
         inputs = model.node_inputs(nodes)
     else:
         train = model.train_inputs[0]
         inputs = node_index_tensor(nodes, "nodes", device=train.device).to(train.dtype).unsqueeze(-1)
+    for kernel in _graph_kernels(model):
+        kernel.check_estimator()
     was_training = model.training
     model.eval()
+    _drop_stale_caches(model)
     try:
-        with torch.no_grad(), gpytorch.settings.fast_pred_var(bool(fast)), seeded_torch_rng(seed):
-            latent = model(inputs)
-            output = likelihood(latent) if noise else latent
-            mean, variance = output.mean, output.variance
+        with torch.no_grad(), seeded_torch_rng(seed):
+            with gpytorch.settings.skip_posterior_variances(True):
+                mean = model(inputs).mean
+            train_inputs = model.train_inputs[0]
+            prior = model.forward(train_inputs)
+            train_covariance = likelihood(prior, train_inputs).lazy_covariance_matrix
+            cross = model.covar_module(inputs, train_inputs)
+            prior_diagonal = model.covar_module(inputs, diag=True)
+            noise_floor = float((train_covariance.diagonal() - prior.lazy_covariance_matrix.diagonal()).min())
+            start_seed = int(torch.randint(0, 2**31 - 1, ()).item())
+            latent, estimate = posterior_variance(train_covariance, cross, prior_diagonal, noise_floor, method=variance,
+                                                  tolerance=float(variance_tolerance), seed=start_seed)
+            latent = latent.to(mean.dtype)
+            if noise:
+                from linear_operator.operators import DiagLinearOperator
+
+                latent = likelihood(MultivariateNormal(mean, DiagLinearOperator(latent)), inputs).variance
     finally:
         model.train(was_training)
-    return mean, variance
+    return Prediction(mean, latent, estimate)

@@ -2,7 +2,8 @@ r"""Figures of the paper's experiments, written as PNG files (optional: ``pip in
 
 Every function takes plain arrays or the ``results`` rows of an experiment report (the
 dictionaries that ``gp-couple COMMAND --json`` prints), writes one PNG of a fixed pixel
-size (``figsize * dpi``) and returns its path:
+size (``figsize * dpi``), atomically (:func:`gp_couple._files.atomic_write`: a failure leaves
+an earlier file of that name intact), and returns its path:
 
 * :func:`plot_mesh_posterior`: a mesh coloured by the truth, the posterior mean and the
   posterior standard deviation, held-out faces outlined (Section 4.2 "Experiments with σ-coupled
@@ -39,6 +40,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from ._files import atomic_write
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -72,8 +75,10 @@ def _save(figure: Figure, path: PathLike) -> Path:
     if target.suffix.lower() != ".png":
         raise ValueError(f"path must name a .png file, got {str(path)!r}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    # No bbox_inches="tight": the file keeps exactly figsize * dpi pixels.
-    figure.savefig(target, dpi=DPI, format="png")
+    # Atomically: a failed render or write leaves an earlier figure of that name intact.
+    with atomic_write(target, "wb") as handle:
+        # No bbox_inches="tight": the file keeps exactly figsize * dpi pixels.
+        figure.savefig(handle, dpi=DPI, format="png")
     return target
 
 

@@ -25,7 +25,6 @@ little accuracy (1.03x, +0.029) for 1.3x the time.
 
 from __future__ import annotations
 
-from copy import deepcopy
 from typing import Any
 
 import gpytorch
@@ -36,9 +35,8 @@ from ._checks import is_int
 from ._deprecation import renamed_keywords
 from ._random import SeedLike, draw_seed
 from .devices import resolve_device
-from .features.sigma_fit import fit_sigma_coupling
 from .graphs import Graph
-from .kernels.grf import GRFKernel
+from .kernels.grf import PREDICT_WALKERS, TRAIN_P_HALT, TRAIN_WALKERS, GRFKernel
 from .models import GraphGP, fit_gp, node_index_array
 from .kernel_families import Diffusion, KernelFamily
 from .settings import grf_gp_settings
@@ -46,13 +44,11 @@ from .settings import grf_gp_settings
 __all__ = ["RECOMMENDED_P_HALT", "RECOMMENDED_TRAIN_WALKERS", "RECOMMENDED_PREDICT_WALKERS", "fit_grf_gp"]
 
 #: Termination probability of the recommended configuration.
-RECOMMENDED_P_HALT = 0.1
+RECOMMENDED_P_HALT = TRAIN_P_HALT
 #: Walkers per node while training.
-RECOMMENDED_TRAIN_WALKERS = 48
+RECOMMENDED_TRAIN_WALKERS = TRAIN_WALKERS
 #: Walkers per node for prediction (redrawn after training).
-RECOMMENDED_PREDICT_WALKERS = 512
-#: Order of the sigma-coupling fitted for prediction (the paper's value for GPs).
-SIGMA_ORDER = 50
+RECOMMENDED_PREDICT_WALKERS = PREDICT_WALKERS
 
 
 @renamed_keywords(graph_kernel="kernel_family")
@@ -98,9 +94,5 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
     model = GraphGP(train, train_targets, likelihood, gpytorch.kernels.ScaleKernel(base).to(device))
     with grf_gp_settings():
         fit_gp(model, likelihood, iterations=iterations, lr=lr, seed=base_seed)
-    with torch.no_grad():
-        # The sigma fit samples walks and weighs them on the CPU.
-        sigma = fit_sigma_coupling(deepcopy(base.kernel_family).cpu(), base.p_halt, SIGMA_ORDER,
-                                   samples_per_bin=sigma_fit_samples, seed=base_seed)
-    base.resample(base_seed + 1, num_walkers=int(predict_walkers), coupling=sigma)
+    base.resample_for_prediction(int(predict_walkers), seed=base_seed, sigma_fit_samples=sigma_fit_samples)
     return model, likelihood

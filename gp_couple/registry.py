@@ -32,6 +32,12 @@ keyword arguments that rebuild the object (:meth:`Registered.params`; empty by
 default); :meth:`Registry.from_dict` inverts it through the registered class's
 ``from_dict`` (by default ``cls(**params)``). Both are plain JSON.
 
+Descriptions are checked before anything is built: ``"type"`` must be a registered name
+(a string), a field that the class's constructor does not take is an error (a misspelt
+field is not silently ignored), and a description nested deeper than
+:data:`MAX_JSON_DEPTH` levels is refused with a ``ValueError`` rather than a
+``RecursionError``.
+
 Names are unique within a family: a second class claiming a taken name is refused with
 a ``ValueError``, except a re-definition of the same class (same module and qualified
 name, e.g. a re-run notebook cell), which replaces it.
@@ -39,15 +45,111 @@ name, e.g. a re-run notebook cell), which replaces it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Generic, Iterator, TypeVar, overload
+import inspect
+from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, TypeVar, overload
 
-__all__ = ["Registry", "Registered"]
+__all__ = ["Registry", "Registered", "check_description_fields", "check_json_value", "json_type_name",
+           "MAX_JSON_DEPTH"]
 
 T = TypeVar("T")
 C = TypeVar("C", bound=type)
 
 #: The key naming the registered class in a serialised description.
 TYPE_KEY = "type"
+#: The deepest nesting of lists and objects accepted in a description (far beyond any
+#: real one; bounds the recursion of parsing and rebuilding).
+MAX_JSON_DEPTH = 64
+
+
+def json_type_name(value: Any) -> str:
+    """The JSON name of a value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    return {list: "list", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def check_json_value(value: Any, name: str, *, types_only_json: bool = True,
+                     max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Check that ``value`` is plain JSON data nested at most ``max_depth`` levels (iteratively, no recursion).
+
+    :param value: The value (decoded JSON, or what will be encoded).
+    :param name: The argument or field, for messages.
+    :param types_only_json: Also require JSON types: objects with string keys, lists,
+        strings, numbers, booleans and ``null``.
+    :param max_depth: The deepest nesting of lists and objects accepted.
+    :raises TypeError: For a value that is not JSON (with ``types_only_json``), naming
+        its type and where it is.
+    :raises ValueError: For deeper nesting.
+    """
+    stack: list[tuple[Any, int, str]] = [(value, 0, name)]
+    while stack:
+        item, depth, where = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if depth >= max_depth:
+                shown = where if len(where) <= 80 else where[:77] + "..."
+                raise ValueError(f"{name} is nested more than {max_depth} levels deep (at {shown})")
+            if isinstance(item, dict):
+                for key, entry in item.items():
+                    if types_only_json and not isinstance(key, str):
+                        raise TypeError(f"{name} must be JSON-serialisable: {where} has a key of type "
+                                        f"{type(key).__name__}")
+                    stack.append((entry, depth + 1, f"{where}[{key!r}]"))
+            elif types_only_json and isinstance(item, tuple):
+                raise TypeError(f"{name} must be JSON-serialisable: {where} is a tuple")
+            else:
+                stack.extend((entry, depth + 1, f"{where}[{index}]") for index, entry in enumerate(item))
+        elif types_only_json and item is not None and not isinstance(item, (str, int, float)):
+            raise TypeError(f"{name} must be JSON-serialisable: {where} is a {type(item).__name__}")
+
+
+def _constructor_fields(cls: type) -> set[str] | None:
+    """The keyword arguments of ``cls(...)``; ``None`` if it takes ``**kwargs`` (anything goes)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return None
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    return {parameter.name for parameter in parameters
+            if parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+
+
+def check_description_fields(data: dict[str, Any], fields: Iterable[str] | None, what: str) -> None:
+    """Refuse fields of a description other than ``"type"`` and ``fields``.
+
+    :param data: The description.
+    :param fields: The accepted fields (``None``: any).
+    :param what: What is described, for the message (e.g. ``"sigma-coupling"``).
+    :raises ValueError: Listing the unknown and the accepted fields.
+    """
+    if fields is None:
+        return
+    accepted = {TYPE_KEY, *fields}
+    unknown = sorted(set(data) - accepted)
+    if unknown:
+        raise ValueError(f"{what} description has unknown field(s) {unknown}; expected {sorted(accepted)}")
+
+
+def _description_type(data: Any, family: str) -> str:
+    """The registered name a description gives, after checking its form (a dict, a str ``"type"``, depth)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"a {family} description must be a dict, got {type(data).__name__}")
+    if TYPE_KEY not in data:
+        raise ValueError(f"a {family} description needs a {TYPE_KEY!r} key, got {sorted(map(str, data))}")
+    name = data[TYPE_KEY]
+    if not isinstance(name, str):
+        raise TypeError(f"a {family} description's {TYPE_KEY!r} must be a string, got "
+                        f"{json_type_name(name)} {name!r}")
+    check_json_value(data, f"the {family} description", types_only_json=False)
+    return name
 
 
 def _qualified(cls: type) -> str:
@@ -178,20 +280,18 @@ class Registry(Generic[T]):
         """Rebuild an object from its :meth:`Registered.to_dict` description.
 
         :param data: A mapping with the key ``"type"`` naming a registered class.
-        :raises ValueError: If ``data`` has no known ``"type"``.
-        :raises TypeError: If ``data`` is not a dict.
+        :raises ValueError: If ``data`` has no known ``"type"``, a field the class does
+            not take, or is nested too deeply.
+        :raises TypeError: If ``data`` is not a dict or its ``"type"`` is not a string.
         """
-        if not isinstance(data, dict):
-            raise TypeError(f"a {self.family} description must be a dict, got {type(data).__name__}")
-        if TYPE_KEY not in data:
-            raise ValueError(f"a {self.family} description needs a {TYPE_KEY!r} key, got {sorted(data)}")
-        name = data[TYPE_KEY]
+        name = _description_type(data, self.family)
         if name not in self._classes:
             raise ValueError(f"unknown {self.family} type {name!r}; registered: {list(self.names())}")
         cls: Any = self._classes[name]
         builder = getattr(cls, "from_dict", None)
         if builder is not None:
             return builder(data)
+        check_description_fields(data, _constructor_fields(cls), f"{self.family} {name!r}")
         return cls(**{key: value for key, value in data.items() if key != TYPE_KEY})
 
     def __repr__(self) -> str:
@@ -237,14 +337,15 @@ class Registered:
 
         Called on the family base class, it dispatches on ``data["type"]``.
 
-        :raises ValueError: If ``data`` describes a different class.
+        :raises ValueError: If ``data`` describes a different class, or has a field the
+            constructor does not take.
+        :raises TypeError: If ``data`` is not a dict or its ``"type"`` is not a string.
         """
         registry = cls.registry
-        if not isinstance(data, dict):
-            raise TypeError(f"a {registry.family} description must be a dict, got {type(data).__name__}")
-        target = registry.get(data.get(TYPE_KEY))  # type: ignore[arg-type]
+        target = registry.get(_description_type(data, registry.family))
         if target is not cls:
             if not issubclass(target, cls):
                 raise ValueError(f"not a {cls.__name__} description: {TYPE_KEY}={data.get(TYPE_KEY)!r}")
             return target.from_dict(data)  # type: ignore[attr-defined]
+        check_description_fields(data, _constructor_fields(cls), f"{registry.family} {data[TYPE_KEY]!r}")
         return cls(**{key: value for key, value in data.items() if key != TYPE_KEY})

@@ -58,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Iterator
 
@@ -204,7 +205,9 @@ def threads(num_threads: int | None) -> Iterator[int]:
     left alone: it can be sized only once per process.
 
     :param num_threads: Threads allowed (>= 1); ``None`` changes nothing (the block
-        runs with the current pools).
+        runs with the current pools). More than :func:`available_cpus` is capped there
+        with a warning: extra threads only contend for the same CPUs, and pools of
+        thousands of threads exhaust memory or crash the thread libraries.
     :return: A context manager yielding the thread count in effect (torch's).
     :raises TypeError: If ``num_threads`` is not an int or ``None``.
     :raises ValueError: If ``num_threads`` < 1.
@@ -218,6 +221,11 @@ def threads(num_threads: int | None) -> Iterator[int]:
         raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    cpus = available_cpus()
+    if num_threads > cpus:
+        warnings.warn(f"num_threads={num_threads} is more than the {cpus} CPUs available to this process; "
+                      f"using {cpus}", RuntimeWarning, stacklevel=3)
+        num_threads = cpus
     import numba
     import torch
     from threadpoolctl import threadpool_limits

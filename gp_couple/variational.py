@@ -63,10 +63,9 @@ from .models import (
     _graph_kernels,
     _module_dtype,
     _node_inputs,
-    adam_steps,
-    check_schedule,
     node_index_array,
 )
+from .optimize import check_schedule, minimize
 
 __all__ = ["GraphVariationalGP", "INDUCING_METHODS", "fit_variational_gp", "predict_variational",
            "select_inducing_nodes"]
@@ -267,7 +266,7 @@ def fit_variational_gp(model: GraphVariationalGP, likelihood: Likelihood, train_
     :raises TypeError: For a model or likelihood of the wrong type.
     :raises ValueError: For bad nodes, targets, ``iterations`` or ``lr``.
     :raises FloatingPointError: If the loss or a parameter becomes NaN or infinite.
-    :warns gp_couple.models.TrainingWarning: If training diverged or stalled.
+    :warns gp_couple.optimize.TrainingWarning: If training diverged or stalled.
     """
     _check_model(model, likelihood)
     inputs = model.node_inputs(train_nodes, "train_nodes")
@@ -282,8 +281,8 @@ def fit_variational_gp(model: GraphVariationalGP, likelihood: Likelihood, train_
     model.train()
     likelihood.train()
     try:
-        return adam_steps(lambda: -elbo(model(inputs), targets), dict(unique.values()),
-                          iterations=iterations, lr=lr, seed=seed)
+        return minimize(lambda: -elbo(model(inputs), targets), dict(unique.values()),
+                        iterations=iterations, lr=lr, seed=seed)
     finally:
         model.train(modes[0])
         likelihood.train(modes[1])

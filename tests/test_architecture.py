@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gp_couple"
 #: Upstream first. Entries are module names relative to ``gp_couple``; a name ending in
 #: ``.*`` covers a package and everything in it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("_checks", "_random", "_counter_random", "_deprecation", "registry", "settings",
+    ("foundation", ("_checks", "_random", "_counter_random", "_deprecation", "_files", "registry", "settings", "optimize",
                     "progress", "plotting", "devices")),
     ("graphs", ("graphs",)),
     ("datasets", ("datasets.*",)),
@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("features", ("features.grf", "features.fourier", "features.sigma_fit", "features")),
     ("operators", ("operators.*", "exact")),
     ("kernels", ("kernels.*",)),
-    ("models", ("models", "variational", "recipes", "bayes.*")),
+    ("models", ("predictive_variance", "models", "variational", "recipes", "bayes.*")),
     ("evaluation", ("evaluation.*",)),
     ("experiments", ("experiments.*", "cli", "__main__")),
 ]

@@ -122,3 +122,23 @@ def test_public_edges_reject_bad_integers(call, name: str, minimum: int) -> None
         call(minimum - 1)
     with pytest.raises(TypeError, match=rf"{name} must be an int, got float"):
         call(float(minimum + 2))
+
+
+def test_memory_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gp_couple import _checks
+
+    assert _checks.format_bytes(512) == "512 B" and _checks.format_bytes(1.5 * 2 ** 30) == "1.5 GiB"
+    assert _checks.format_bytes(3 * 2 ** 60) == "3.07e+03 PiB"
+    available = _checks.available_memory()
+    assert available is None or available > 0
+    monkeypatch.setattr(_checks, "available_memory", lambda: 2 ** 30)
+    _checks.check_memory("a small thing", 2 ** 29)
+    monkeypatch.setattr(_checks, "available_memory", lambda: 0)
+    _checks.check_memory("a tiny thing", _checks.ALWAYS_FITS_BYTES)  # not even compared
+    monkeypatch.setattr(_checks, "available_memory", lambda: 2 ** 30)
+    with pytest.raises(_checks.TooLargeError, match=r"^a big thing needs about 2 GiB of memory, more than the "
+                                                    r"1 GiB available; make it smaller$"):
+        _checks.check_memory("a big thing", 2 ** 31, "; make it smaller")
+    assert issubclass(_checks.TooLargeError, ValueError)
+    monkeypatch.setattr(_checks, "available_memory", lambda: None)
+    _checks.check_memory("anything", 1e30)  # unknown memory: nothing is refused

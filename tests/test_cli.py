@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,13 @@ def test_os_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     (["grf-gram", "--repeats", "0"], "--repeats"),
     (["traffic", "--train-iterations", "-5"], "--train-iterations"),
     (["grf-gram", "--gamma", "inf"], "--gamma"),
+    # Unbounded work is refused by the parser, not run until killed.
+    (["grf-gram", "--repeats", "1000000000000"], "--repeats: expected at most"),
+    (["attention", "--draws", "1000000000000"], "--draws: expected at most"),
+    (["pagerank", "--walkers", "1000000000000"], "--walkers: expected at most"),
+    (["copula-learning", "--steps", "1000000000000"], "--steps: expected at most"),
+    (["kernel-estimation", "--dataset", "boston", "--splits", "1000000000000"], "--splits: expected at most"),
+    (["traffic-nuts", "--max-tree-depth", "100"], "--max-tree-depth: expected at most"),
 ])
 def test_bad_option_values_name_the_option(argv: list[str], option: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -68,7 +76,7 @@ def test_bad_option_values_name_the_option(argv: list[str], option: str,
         main(argv)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"argument {option}:" in err
+    assert err.count("\n") == 1 and f"argument {option}" in err
 
 
 def test_library_errors_are_one_line_and_debug_shows_the_traceback(
@@ -118,3 +126,88 @@ def test_threads_option_bounds_the_run_and_restores_the_pools(monkeypatch: pytes
     assert seen == [1] and torch.get_num_threads() == before
     assert main(["grf-gram", "--graph", "grid:3x3"]) == 0
     assert seen[-1] == before  # without --threads the pools are left as they are
+
+
+# ------------------------------------------------------------------ output paths, before any work
+def _never_run(monkeypatch: pytest.MonkeyPatch, module: str) -> list[argparse.Namespace]:
+    """Replace a command's run by one that records its calls (it must not be reached)."""
+    import importlib
+
+    calls: list[argparse.Namespace] = []
+    monkeypatch.setattr(importlib.import_module(f"gp_couple.experiments.{module}"), "run",
+                        lambda args: calls.append(args) or {"experiment": "x", "results": []})
+    return calls
+
+
+@pytest.mark.parametrize("command, module", [("attention", "attention"), ("grf-gram", "grf_gram"),
+                                             ("traffic-nuts", "traffic_nuts"), ("pagerank", "pagerank")])
+def test_unusable_output_paths_fail_before_the_run(command: str, module: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    calls = _never_run(monkeypatch, module)
+    regular = tmp_path / "out.json"
+    regular.write_text("previous results\n")
+    for argv, message in [
+        (["--plot", str(regular)], "--plot '.*out.json' is an existing file, not a folder"),
+        (["--plot", str(regular / "figures")], "cannot be created"),
+        (["--json", str(tmp_path)], "--json '.*' is a folder, not a file"),
+        (["--json", str(tmp_path / "report.json"), "--plot", str(tmp_path / "report.json")],
+         "--plot and --json name the same path"),
+    ]:
+        assert main([command, *argv]) == 2
+        err = capsys.readouterr().err
+        assert re.search(message, err) and err.count("\n") == 1, err
+    assert calls == [] and regular.read_text() == "previous results\n"
+
+
+def test_save_couplings_is_checked_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    calls = _never_run(monkeypatch, "grf_gram")
+    regular = tmp_path / "couplings"
+    regular.write_text("x")
+    assert main(["grf-gram", "--save-couplings", str(regular)]) == 2
+    assert "--save-couplings" in capsys.readouterr().err and calls == []
+
+
+def test_json_file_is_written_atomically_at_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from gp_couple.experiments import attention
+
+    target = tmp_path / "reports" / "attention.json"
+    monkeypatch.setattr(attention, "run", lambda args: {"experiment": "attention", "results": [{"a": 1}]})
+    assert main(["attention", "--json", str(target)]) == 0
+    assert json.loads(target.read_text()) == {"experiment": "attention", "results": [{"a": 1}]}
+    assert capsys.readouterr().out == ""  # the report went to the file only
+
+    def unserialisable(args: argparse.Namespace) -> dict:
+        return {"experiment": "attention", "results": [{"a": object()}]}
+
+    monkeypatch.setattr(attention, "run", unserialisable)
+    assert main(["attention", "--json", str(target)]) == 2
+    assert json.loads(target.read_text())["results"] == [{"a": 1}]  # the previous report survives
+    assert [path.name for path in target.parent.iterdir()] == ["attention.json"]
+
+
+def test_huge_thread_counts_are_capped_at_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from gp_couple.experiments import grf_gram
+    from gp_couple.settings import available_cpus
+
+    seen: list[int] = []
+    monkeypatch.setattr(grf_gram, "run", lambda args: seen.append(torch.get_num_threads()) or {})
+    monkeypatch.setattr(grf_gram, "emit", lambda *args, **kwargs: None)
+    with pytest.warns(RuntimeWarning, match="more than the .* CPUs"):
+        assert main(["grf-gram", "--graph", "grid:3x3", "--threads", "100000"]) == 0
+    assert seen == [available_cpus()]
+
+
+def test_plot_onto_the_redirected_standard_output_fails_at_once(tmp_path: Path) -> None:
+    report = tmp_path / "out.json"
+    with report.open("w") as stdout:  # gp-couple attention --json --plot out.json > out.json
+        result = subprocess.run([sys.executable, "-m", "gp_couple", "attention", "--json", "--plot", str(report)],
+                                stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert result.returncode == 2
+    assert "--plot" in result.stderr and "standard output is redirected to" in result.stderr

@@ -309,3 +309,26 @@ def test_kernels_accept_the_old_graph_kernel_name_and_old_state_dicts() -> None:
     strict = GRFKernel(graph, 4, 0.5, kernel_family=Diffusion(0.3), seed=0)
     strict.load_state_dict(saved)
     assert float(strict.kernel_family.gamma) == pytest.approx(1.7)
+
+
+@pytest.mark.parametrize("coefficients, where", [
+    ([1.0, -5.0], 1.0),  # g(1) = -4
+    ([1.0, 0.0, -1.5], -1.0),  # g(+-1) = -0.5
+    ([0.5, 0.0, -3.0, 0.0, 3.0], 0.7071),  # g > 0 at the ends, -0.25 at lambda^2 = 1/2
+    ([0.1, 1.2], -1.0),  # bipartite graphs reach lambda = -1
+])
+def test_power_series_that_is_not_psd_on_the_spectrum_is_refused(coefficients, where: float) -> None:
+    with pytest.raises(ValueError, match=rf"coefficients \[.*\] do not give a positive semi-definite kernel: .* at "
+                                         rf"lambda = -?{abs(where):.4g}"):
+        PowerSeries(coefficients)
+
+
+@pytest.mark.parametrize("coefficients", [[1.0, 1.0], [1.0, 0.0, -1.0], [1.0, -2.0, 1.0], [0.25, 0.0, 0.0, 0.0, 0.75],
+                                          [1.0, 0.4, -0.1, 0.05]])
+def test_power_series_touching_zero_or_positive_is_accepted(coefficients) -> None:
+    import numpy as np
+
+    family = PowerSeries(coefficients).double()
+    spectrum = family.spectrum(torch.linspace(-1, 1, 201, dtype=torch.float64))
+    assert float(spectrum.min()) >= -1e-12
+    assert np.allclose(family.series_coefficients.tolist(), coefficients)

@@ -82,7 +82,7 @@ def test_seeded_cg_training_and_fast_prediction_are_reproducible_and_leave_globa
         model = build()
         with gpytorch.settings.max_cholesky_size(0):
             history = fit_gp(model, model.likelihood, iterations=5, lr=0.1, seed=3)
-            _, variance = predict(model, model.likelihood, [1, 3, 5], fast=True, seed=3)
+            _, variance = predict(model, model.likelihood, [1, 3, 5], seed=3)
         return history, variance
 
     torch.manual_seed(123)
@@ -126,14 +126,14 @@ def test_predict_observed_and_latent_variances():
 def test_double_precision_model_trains_and_predicts():
     model = build().double()
     history = fit_gp(model, model.likelihood, iterations=3, lr=0.05)
-    mean, variance = predict(model, model.likelihood, [1, 3], fast=True)
+    mean, variance = predict(model, model.likelihood, [1, 3])
     assert mean.dtype == variance.dtype == torch.float64
     assert all(np.isfinite(history))
 
 
 # ------------------------------------------------------------ diverged or stalled training
 def test_fit_gp_reports_diverged_training_with_the_loss_history():
-    from gp_couple.models import TrainingWarning
+    from gp_couple.optimize import TrainingWarning
 
     model = build()
     with pytest.warns(TrainingWarning, match=r"training diverged: loss .* at step 0, best .* last .*lr than 1e\+06"):
@@ -141,7 +141,7 @@ def test_fit_gp_reports_diverged_training_with_the_loss_history():
 
 
 def test_fit_gp_reports_stalled_training():
-    from gp_couple.models import TrainingWarning
+    from gp_couple.optimize import TrainingWarning
 
     model = build()
     # Adam's steps of about lr = 1e-30 vanish in float32 rounding: the loss never moves.
@@ -152,7 +152,7 @@ def test_fit_gp_reports_stalled_training():
 def test_fit_gp_is_silent_when_training_improves():
     import warnings
 
-    from gp_couple.models import TrainingWarning
+    from gp_couple.optimize import TrainingWarning
 
     model = build()
     with warnings.catch_warnings():
@@ -164,7 +164,7 @@ def test_fit_gp_is_silent_when_training_improves():
 def test_check_training_tolerates_noise_but_not_a_clear_rise():
     import warnings
 
-    from gp_couple.models import TrainingWarning, check_training
+    from gp_couple.optimize import TrainingWarning, check_training
 
     rng = np.random.default_rng(0)
     noisy_flat = list(1.0 + 0.02 * rng.standard_normal(50))  # CG-like noise around a minimum

@@ -95,3 +95,20 @@ def test_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # "import matplotlib.figure" now fails
     with pytest.raises(ImportError, match=r"gp-couple\[plot\]"):
         plotting.plot_training_curves({"a": [1.0, 0.5]}, tmp_path / "train.png")
+
+
+def test_a_failed_render_keeps_the_previous_figure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    path = plotting.plot_training_curves({"a": [1.0, 0.5]}, tmp_path / "train.png")
+    before = path.read_bytes()
+
+    def broken(self, handle, **kwargs):  # type: ignore[no-untyped-def]
+        handle.write(b"\x89PNG half a figure")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", broken)
+    with pytest.raises(OSError, match="No space left"):
+        plotting.plot_training_curves({"a": [2.0, 1.0]}, path)
+    assert path.read_bytes() == before
+    assert [entry.name for entry in tmp_path.iterdir()] == ["train.png"]

@@ -299,3 +299,42 @@ def test_resample_returns_the_kernel_in_both_families() -> None:
     assert rff.resample(seed=1) is rff
     grf = GRFKernel(grid_graph(2, 3), num_walkers=2, seed=0)
     assert grf.resample(seed=1) is grf
+
+
+def test_descriptions_are_checked_before_anything_is_built() -> None:
+    registry, base = _family()
+    type("Big", (base,), {"name": "big"})
+
+    @registry.register(name="loose")
+    class Loose:
+        def __init__(self, **options: int) -> None:
+            self.options = options
+
+    for rebuild in (registry.from_dict, base.from_dict):
+        with pytest.raises(TypeError, match="thing description's 'type' must be a string, got integer 3"):
+            rebuild({"type": 3})
+        with pytest.raises(TypeError, match="'type' must be a string, got list"):
+            rebuild({"type": ["big"]})
+        with pytest.raises(ValueError, match=r"thing 'big' description has unknown field\(s\) \['colour'\]; "
+                                             r"expected \['size', 'type'\]"):
+            rebuild({"type": "big", "colour": "red"})
+    deep: dict = {"type": "big"}
+    inner = deep
+    for _ in range(100_000):
+        inner["size"] = {}
+        inner = inner["size"]
+    with pytest.raises(ValueError, match="thing description is nested more than 64 levels deep"):
+        registry.from_dict(deep)
+    assert registry.from_dict({"type": "loose", "anything": 1}).options == {"anything": 1}  # **kwargs
+
+
+def test_check_json_value_names_where() -> None:
+    from gp_couple.registry import check_json_value
+
+    check_json_value({"a": [1, 2.5, "x", None, True]}, "metadata")
+    with pytest.raises(TypeError, match=r"metadata must be JSON-serialisable: metadata\['a'\]\[1\] is a set"):
+        check_json_value({"a": [1, {2}]}, "metadata")
+    with pytest.raises(TypeError, match="has a key of type int"):
+        check_json_value({1: 2}, "metadata")
+    with pytest.raises(ValueError, match="nested more than 3 levels"):
+        check_json_value([[[[1]]]], "metadata", max_depth=3)

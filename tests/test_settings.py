@@ -119,3 +119,13 @@ def test_walks_do_not_depend_on_the_thread_count():
     with threads(2):
         double = GraphRandomFeatures.sample(graph, 8, 0.3, seed=4).tensors()
     assert all(torch.equal(single[name], double[name]) for name in single)
+
+
+def test_threads_beyond_the_cpus_are_capped_with_a_warning():
+    from gp_couple.settings import available_cpus, threads
+
+    before = torch.get_num_threads()
+    with pytest.warns(RuntimeWarning, match=r"num_threads=100000 is more than the \d+ CPUs .* using"):
+        with threads(100_000) as count:
+            assert count == available_cpus() == torch.get_num_threads()
+    assert torch.get_num_threads() == before

@@ -47,7 +47,7 @@ from .._checks import check_int
 from .._random import SeedLike, as_numpy_generator, draw_seed, seeded_torch_rng
 from .diagnostics import MCMCDiagnostics, summarize_site
 from .potential import MAX_NUTS_TRAIN_SIZE, HyperparameterModel, exact_potential_settings
-from .priors import prior_sites
+from .priors import prior_sites, support_bounds
 
 __all__ = ["NUTSResult", "run_nuts", "load_samples", "INIT_STRATEGIES"]
 
@@ -164,6 +164,23 @@ def run_nuts(model: ExactGP, *, num_samples: int, warmup_steps: int, num_chains:
     return NUTSResult(chains, diagnostics)
 
 
+def _check_draws(site: Any, value: Tensor) -> None:
+    """Refuse draws that the hyperparameter cannot hold: NaN, infinite, outside the prior's support or the constraint."""
+    values = value.detach()
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError(f"draws of {site.name} contain NaN or infinite values")
+    low, high = support_bounds(site.prior.support)
+    if not bool(torch.as_tensor(site.prior.support.check(values)).all()):
+        raise ValueError(f"draws of {site.name} lie outside the support [{low:g}, {high:g}] of its prior "
+                         f"{type(site.prior).__name__} (smallest {float(values.min()):g}, largest "
+                         f"{float(values.max()):g}): they are not draws of this model")
+    constraint = site.constraint
+    if constraint is not None and not (constraint.check(values) and bool(
+            torch.isfinite(constraint.inverse_transform(values)).all())):
+        raise ValueError(f"draws of {site.name} lie outside its parameter's constraint {constraint} "
+                         f"(smallest {float(values.min()):g}, largest {float(values.max()):g})")
+
+
 def load_samples(model: ExactGP, samples: NUTSResult | Mapping[str, Tensor]) -> ExactGP:
     """Load posterior draws into ``model``: it becomes a batch of one model per draw.
 
@@ -177,7 +194,10 @@ def load_samples(model: ExactGP, samples: NUTSResult | Mapping[str, Tensor]) -> 
     :param samples: A :class:`NUTSResult` or a dict of draws ``(num_draws, *shape)``
         keyed by prior name.
     :return: ``model``.
-    :raises ValueError: If the draws do not match the model's prior sites.
+    :raises TypeError: If a site's draws are not a real tensor.
+    :raises ValueError: If the draws do not match the model's prior sites, or a draw is
+        NaN, infinite, outside its prior's support or outside its parameter's constraint
+        (the message names the site); nothing is loaded then.
     """
     draws = dict(samples.samples if isinstance(samples, NUTSResult) else samples)
     sites = prior_sites(model)
@@ -188,13 +208,19 @@ def load_samples(model: ExactGP, samples: NUTSResult | Mapping[str, Tensor]) -> 
              for name, value in draws.items()}
     if set(draws) != set(expected):
         raise ValueError(f"samples have sites {sorted(draws)} but the model's priors are {sorted(expected)}")
+    for name, value in draws.items():
+        if not isinstance(value, Tensor) or value.dtype == torch.bool or value.dtype.is_complex or value.dim() == 0:
+            raise TypeError(f"draws of {name} must be a real tensor (num_draws, *shape), got "
+                            f"{value.dtype if isinstance(value, Tensor) else type(value).__name__}")
     sizes = {int(value.shape[0]) for value in draws.values()}
     if len(sizes) != 1:
         raise ValueError(f"every site must have the same number of draws, got {sorted(sizes)}")
+    by_name = {site.name: site for site in sites}
     for name, value in draws.items():
         if tuple(value.shape[1:]) != tuple(expected[name]):
             raise ValueError(f"draws of {name} have shape {tuple(value.shape)}; expected "
                              f"(num_draws, {', '.join(map(str, expected[name]))})")
+        _check_draws(by_name[name], value)
     was_training = model.training
     model.pyro_load_from_samples(draws)
     model.train()  # drops prediction caches computed with the old hyperparameters

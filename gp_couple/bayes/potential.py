@@ -74,6 +74,21 @@ def check_train_size(num_train: int, max_train_size: int) -> None:
             "max_train_size if the O(n^3) Cholesky fits your time and memory")
 
 
+def _expanded(site: PriorSite) -> Any:
+    """The site's prior with the batch shape of its hyperparameter (Pyro samples whole values)."""
+    prior = site.prior
+    if tuple(prior.batch_shape) + tuple(prior.event_shape) == tuple(site.shape):
+        return prior
+    try:
+        return prior.expand(site.shape)
+    except NotImplementedError:
+        raise TypeError(
+            f"prior {site.name} ({type(prior).__name__}) does not implement expand(), which NUTS needs to "
+            f"sample it with the shape {tuple(site.shape)} of its hyperparameter; give it a prior that "
+            "implements expand() (e.g. GammaPrior, LogNormalPrior, NormalPrior) or one of that shape "
+            "already") from None
+
+
 class HyperparameterModel:
     r"""The Pyro model of the hyperparameter posterior (priors, then the GP marginal likelihood).
 
@@ -111,7 +126,7 @@ class HyperparameterModel:
         paths = {id(module): path for path, module in model.named_modules()}
         copies = dict(self._random_model.named_modules())
         self._site_modules = [copies[paths[id(site.module)]] for site in self.sites]
-        self._priors = [site.prior.expand(site.shape) for site in self.sites]
+        self._priors = [_expanded(site) for site in self.sites]
 
     def initial_values(self) -> dict[str, Tensor]:
         """The model's current hyperparameters, keyed by site (a starting point for NUTS)."""

@@ -22,6 +22,7 @@ from scipy.stats import qmc
 from torch import Tensor
 
 from .._checks import check_positive_int
+from ..registry import check_description_fields
 from .chi import chi_isf, chi_ppf, normal_to_chi
 from .frequency_interface import FREQUENCY_COUPLINGS, FrequencyCoupling
 from .frequency_lookup import get_frequency_coupling
@@ -372,7 +373,11 @@ class AntitheticFrequencyCoupling(FrequencyCoupling, register=False):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AntitheticFrequencyCoupling:
-        """Rebuild from :meth:`to_dict` output (the base from its own description)."""
+        """Rebuild from :meth:`to_dict` output (the base from its own description).
+
+        :raises ValueError: For a field other than ``type`` and ``base``.
+        """
+        check_description_fields(data, ("base",), "antithetic frequency coupling")
         return cls(FREQUENCY_COUPLINGS.from_dict(data["base"]) if "base" in data else None)
 
     def sample_noise(self, num_features: int, dim: int, batch_shape: tuple[int, ...],

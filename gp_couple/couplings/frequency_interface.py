@@ -29,6 +29,13 @@ Noise = dict[str, Tensor]
 FREQUENCY_COUPLINGS: Registry[FrequencyCoupling] = Registry("frequency coupling")
 
 
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return tuple(torch.broadcast_shapes(shape, target)) == target
+    except RuntimeError:
+        return False
+
+
 class FrequencyCoupling(torch.nn.Module, Registered, ABC, registry=FREQUENCY_COUPLINGS):
     r"""Interface: a joint law of ``num_features`` frequencies in :math:`\mathbb R^d`.
 
@@ -103,18 +110,45 @@ class FrequencyCoupling(torch.nn.Module, Registered, ABC, registry=FREQUENCY_COU
             noise[key] = tensor
         return noise
 
-    def forward(self, noise: Mapping[str, Tensor], num_features: int) -> Tensor:
+    def forward(self, noise: Mapping[str, Tensor], num_features: int, *, dim: int | None = None,
+                batch_shape: Sequence[int] | None = None) -> Tensor:
         """Frequencies ``(*batch_shape, num_features, dim)`` from stored noise.
+
+        What :meth:`noise_to_frequencies` returns is checked (a user's coupling is an
+        edge): a floating tensor of shape ``(*batch_shape, M, dim)``, ``M >= num_features``,
+        without NaN or infinite entries (one value read back from an accelerator); a
+        batch shape that broadcasts to ``batch_shape`` (noise shared by a hyperparameter
+        batch, e.g. after loading NUTS draws) is accepted.
 
         :param noise: Output of :meth:`draw_noise` (or buffers holding it).
         :param num_features: Number of frequencies to keep.
+        :param dim: The input dimension the frequencies must have (default: not checked).
+        :param batch_shape: The batch shape they must broadcast to (default: not checked).
+        :raises ValueError: Naming the coupling class, if the frequencies are not as expected.
         """
         num_features = check_positive_int("num_features", num_features)
         frequencies = self.noise_to_frequencies(noise)
+        where = f"{type(self).__name__}.noise_to_frequencies"
+        if not isinstance(frequencies, Tensor) or not frequencies.dtype.is_floating_point:
+            kind = (f"a tensor of dtype {frequencies.dtype}" if isinstance(frequencies, Tensor)
+                    else type(frequencies).__name__)
+            raise ValueError(f"{where} returned {kind}; expected a floating-point tensor "
+                             "(*batch_shape, num_features, dim)")
+        batch = None if batch_shape is None else tuple(batch_shape)
+        axes = [*(("*batch_shape",) if batch is None else map(str, batch)), f"M >= {num_features}",
+                "dim" if dim is None else str(dim)]
+        expected = f"({', '.join(axes)})"
+        if (frequencies.dim() < 2 or (dim is not None and frequencies.shape[-1] != dim)
+                or (batch is not None and not _broadcasts_to(tuple(frequencies.shape[:-2]), batch))):
+            raise ValueError(f"{where} returned frequencies of shape {tuple(frequencies.shape)}; "
+                             f"expected {expected}")
         if frequencies.shape[-2] < num_features:
             raise ValueError(f"the noise holds {frequencies.shape[-2]} frequencies but "
                              f"num_features={num_features} were requested: redraw it")
-        return frequencies[..., :num_features, :]
+        frequencies = frequencies[..., :num_features, :]
+        if not bool(torch.isfinite(frequencies).all()):
+            raise ValueError(f"{where} returned NaN or infinite frequencies")
+        return frequencies
 
     def sample(self, num_features: int, dim: int, *, batch_shape: Sequence[int] = (),
                seed: SeedLike = None, dtype: torch.dtype | None = None,
@@ -125,4 +159,4 @@ class FrequencyCoupling(torch.nn.Module, Registered, ABC, registry=FREQUENCY_COU
         """
         noise = self.draw_noise(num_features, dim, batch_shape=batch_shape, seed=seed,
                                 dtype=dtype, device=device)
-        return self(noise, num_features)
+        return self(noise, num_features, dim=dim, batch_shape=batch_shape)

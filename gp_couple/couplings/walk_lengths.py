@@ -41,6 +41,9 @@ parameters returns them from :meth:`~gp_couple.registry.Registered.params` (the
 keyword arguments of its constructor) so that ``to_dict`` / ``from_dict`` round-trip.
 Because ``1 - u_1`` is uniform, each length is geometric and the estimates stay
 unbiased; ``tests/couplings/test_walk_lengths.py`` shows how to check both properties.
+What a coupling returns is checked (:func:`checked_lengths`): the wrong number of
+lengths, or lengths that are fractional, NaN or negative, raise a ``ValueError`` naming
+the class and the method instead of being truncated or reshaped silently.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ from .._checks import check_int, check_p_halt
 from .._counter_random import geometric_lengths
 from .._deprecation import deprecated_aliases
 from .._random import SeedLike, as_numpy_generator, draw_seed
-from ..registry import Registered, Registry
+from .._files import write_text_atomically
+from ..registry import Registered, Registry, check_description_fields, check_json_value, json_type_name
 
 __all__ = [
     "WALK_LENGTH_COUPLINGS",
@@ -71,6 +75,7 @@ __all__ = [
     "check_p_halt",
     "coupling_from_dict",
     "get_walk_length_coupling",
+    "checked_lengths",
 ]
 
 
@@ -95,6 +100,47 @@ def _geometric_quantile(u: np.ndarray | float, p_halt: float) -> np.ndarray:
     # Floating-point guard: keep F(k) >= u exactly at bin boundaries.
     lengths = np.floor(ratio)
     return np.maximum(lengths, 0).astype(np.int64)
+
+
+def checked_lengths(values: Any, coupling: WalkLengthCoupling, method: str, shape: tuple[int, ...],
+                    what: str = "") -> np.ndarray:
+    """What a coupling's ``method`` returned, as int64 walk lengths of ``shape``.
+
+    The edge between the sampler and a user's coupling: a wrong count, fractional,
+    non-finite or negative lengths are errors rather than silently truncated or
+    reshaped.
+
+    :param values: The returned lengths (array-like).
+    :param coupling: The coupling (named in messages).
+    :param method: The method that returned them (``"sample_lengths"``, ``"sample_pairs"``).
+    :param shape: The expected shape; another shape with as many entries is reshaped.
+    :param what: Says what the entries are, for messages (e.g. ``"one per pair"``).
+    :return: A new int64 array of ``shape``.
+    :raises ValueError: Naming the coupling class, the method and what was expected.
+    """
+    where = f"{type(coupling).__name__}.{method}"
+    expected = f"{math.prod(shape)} non-negative integer lengths{f' ({what})' if what else ''}"
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where} returned {type(values).__name__}, which is not an array; expected "
+                         f"{expected}") from error
+    if array.dtype == np.bool_ or not (np.issubdtype(array.dtype, np.integer)
+                                       or np.issubdtype(array.dtype, np.floating)):
+        raise ValueError(f"{where} returned lengths of dtype {array.dtype}; expected {expected}")
+    if array.size != math.prod(shape) or (len(shape) > 1 and array.shape != shape):
+        raise ValueError(f"{where} returned {array.size} lengths (shape {array.shape}); expected {expected}, "
+                         f"shape {shape}")
+    if np.issubdtype(array.dtype, np.floating):
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"{where} returned NaN or infinite lengths; expected {expected}")
+        fractional = array != np.floor(array)
+        if np.any(fractional):
+            raise ValueError(f"{where} returned non-integer lengths (e.g. {float(array[fractional].flat[0]):g}); "
+                             f"expected {expected}")
+    if array.size and array.min() < 0:
+        raise ValueError(f"{where} returned a negative length ({array.min():g}); expected {expected}")
+    return array.astype(np.int64).reshape(shape)
 
 
 #: Registry of walk-length couplings: every subclass with a ``name`` joins it.
@@ -180,10 +226,15 @@ class PairedWalkLengthCoupling(WalkLengthCoupling):
                 f"the {self.name} coupling pairs walkers, so num_walkers must be even; "
                 f"got {num_walkers}")
         rng = as_numpy_generator(seed)
-        first, second = self.sample_pairs(num_starts * (num_walkers // 2), p, rng)
+        num_pairs = num_starts * (num_walkers // 2)
+        pairs = self.sample_pairs(num_pairs, p, rng)
+        if isinstance(pairs, (str, bytes)) or not hasattr(pairs, "__len__") or len(pairs) != 2:
+            raise ValueError(f"{type(self).__name__}.sample_pairs must return two arrays (first, second) of "
+                             f"{num_pairs} lengths each, got {type(pairs).__name__}")
         lengths = np.empty((num_starts, num_walkers), dtype=np.int64)
-        lengths[:, 0::2] = np.asarray(first, dtype=np.int64).reshape(num_starts, -1)
-        lengths[:, 1::2] = np.asarray(second, dtype=np.int64).reshape(num_starts, -1)
+        for column, values in enumerate(pairs):
+            lengths[:, column::2] = checked_lengths(values, self, "sample_pairs", (num_pairs,),
+                                                    "one per pair").reshape(num_starts, -1)
         return lengths
 
 
@@ -269,10 +320,8 @@ class SigmaCoupling(PairedWalkLengthCoupling):
         self.p_halt = None if p_halt is None else check_p_halt(p_halt)
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
-        try:
-            json.dumps(metadata)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"metadata must be JSON-serialisable ({error})") from error
+        # Checked without recursion: deeply nested metadata is a ValueError, not a RecursionError.
+        check_json_value(metadata, "metadata")
         self.metadata = dict(metadata or {})
 
     @property
@@ -315,63 +364,90 @@ class SigmaCoupling(PairedWalkLengthCoupling):
 
         :param data: The description.
         :raises TypeError: If ``data`` is not a dict or a field has the wrong JSON type
-            (e.g. booleans, floats, strings or ``null`` in ``permutation``); the message
-            names the field.
+            (e.g. a ``type`` that is not a string, or booleans, floats, strings or
+            ``null`` in ``permutation``); the message names the field.
         :raises ValueError: For a wrong ``type``, a missing ``permutation``, an unknown
-            field, an ``order`` that disagrees with the permutation, or a bad value.
+            field, an ``order`` that disagrees with the permutation, a bad value, or
+            nesting deeper than :data:`gp_couple.registry.MAX_JSON_DEPTH` levels.
         """
         if not isinstance(data, dict):
             raise TypeError(f"a sigma-coupling description must be a JSON object (dict), got "
                             f"{type(data).__name__}")
-        if data.get("type") != cls.name:
-            raise ValueError(f"not a sigma-coupling description: type={data.get('type')!r}")
-        unknown = sorted(set(data) - _SIGMA_FIELDS)
-        if unknown:
-            raise ValueError(f"sigma-coupling description has unknown field(s) {unknown}; "
-                             f"expected {sorted(_SIGMA_FIELDS)}")
+        if "type" not in data:
+            raise ValueError("not a sigma-coupling description: it has no 'type' field")
+        if not isinstance(data["type"], str):
+            raise TypeError(f"sigma-coupling field 'type' must be the string {cls.name!r}, got "
+                            f"{json_type_name(data['type'])} {data['type']!r}")
+        if data["type"] != cls.name:
+            raise ValueError(f"not a sigma-coupling description: type={data['type']!r}")
+        check_description_fields(data, _SIGMA_FIELDS, "sigma-coupling")
+        check_json_value(data, "the sigma-coupling description", types_only_json=False)
         if "permutation" not in data:
             raise ValueError("sigma-coupling description has no 'permutation'")
         permutation = data["permutation"]
         if not isinstance(permutation, list) or not permutation:
             raise TypeError(f"sigma-coupling field 'permutation' must be a non-empty list of integers, "
-                            f"got {_json_type(permutation)}")
+                            f"got {json_type_name(permutation)}")
         for position, entry in enumerate(permutation):
             if isinstance(entry, bool) or not isinstance(entry, int):
                 raise TypeError(f"sigma-coupling field 'permutation' must hold integers, got "
-                                f"{_json_type(entry)} {entry!r} at position {position}")
+                                f"{json_type_name(entry)} {entry!r} at position {position}")
         order = data.get("order")
         if order is not None:
             if isinstance(order, bool) or not isinstance(order, int):
-                raise TypeError(f"sigma-coupling field 'order' must be an integer, got {_json_type(order)}")
+                raise TypeError(f"sigma-coupling field 'order' must be an integer, got {json_type_name(order)}")
             if order != len(permutation):
                 raise ValueError(f"sigma-coupling field 'order' is {order} but 'permutation' has "
                                  f"{len(permutation)} entries")
         p_halt = data.get("p_halt")
         if p_halt is not None and (isinstance(p_halt, bool) or not isinstance(p_halt, (int, float))):
-            raise TypeError(f"sigma-coupling field 'p_halt' must be null or a number, got {_json_type(p_halt)}")
+            raise TypeError(f"sigma-coupling field 'p_halt' must be null or a number, got "
+                            f"{json_type_name(p_halt)}")
         metadata = data.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError(f"sigma-coupling field 'metadata' must be null or an object, got "
-                            f"{_json_type(metadata)}")
+                            f"{json_type_name(metadata)}")
         try:
             return cls(permutation, p_halt, metadata)
         except ValueError as error:
             raise ValueError(f"sigma-coupling description: {error}") from error
 
     def save(self, path: str | Path) -> None:
-        """Write the fitted permutation and its provenance as JSON."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Write the fitted permutation and its provenance as JSON (UTF-8).
+
+        The file is replaced in one step (:func:`gp_couple._files.atomic_write`): a
+        failed write leaves a previous file at ``path`` as it was.
+        """
+        write_text_atomically(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> SigmaCoupling:
-        """Read a coupling written by :meth:`save`."""
+        """Read a coupling written by :meth:`save`.
+
+        :param path: A UTF-8 JSON file (see :meth:`from_dict` for its schema).
+        :raises FileNotFoundError: If there is no file at ``path``.
+        :raises ValueError: If the file is not UTF-8 text, not JSON, nested too deeply or
+            not a valid description; the message names the file.
+        :raises TypeError: If a field has the wrong type; the message names the file.
+        """
         file = Path(path)
         if not file.is_file():
             raise FileNotFoundError(f"no sigma-coupling file at {file}")
         try:
-            data = json.loads(file.read_text())
+            # JSON files are UTF-8 (RFC 8259); a UTF-8 byte-order mark is tolerated.
+            text = file.read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{file} is not UTF-8 text (sigma-coupling files are UTF-8 JSON; "
+                             f"{error.reason} at byte {error.start})") from None
+        if "\x00" in text:
+            raise ValueError(f"{file} is not UTF-8 text: it holds NUL characters (UTF-16 or UTF-32?); "
+                             "sigma-coupling files are UTF-8 JSON")
+        try:
+            data = json.loads(text)
         except json.JSONDecodeError as error:
             raise ValueError(f"{file} is not valid JSON: {error}") from error
+        except RecursionError:
+            raise ValueError(f"{file} is nested too deeply to be a sigma-coupling description") from None
         try:
             return cls.from_dict(data)
         except (TypeError, ValueError) as error:
@@ -383,19 +459,6 @@ class SigmaCoupling(PairedWalkLengthCoupling):
 
 #: Fields of a sigma-coupling description (see :meth:`SigmaCoupling.from_dict`).
 _SIGMA_FIELDS = frozenset({"type", "order", "permutation", "p_halt", "metadata"})
-
-
-def _json_type(value: Any) -> str:
-    """The JSON name of a decoded value's type, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "integer" if isinstance(value, int) else "float"
-    if isinstance(value, str):
-        return "string"
-    return {list: "list", dict: "object"}.get(type(value), type(value).__name__)
 
 
 def get_walk_length_coupling(coupling: str | WalkLengthCoupling) -> WalkLengthCoupling:

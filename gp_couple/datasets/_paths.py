@@ -13,6 +13,7 @@ path, size and modification time), so repeated loads hash each file only once.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 import threading
@@ -261,6 +262,53 @@ def existing_path(value: object, argument: str, kind: str, names: Iterable[str],
             raise ValueError(f"unknown {kind} {value!r}: expected one of {', '.join(names)} or {expected}")
         raise FileNotFoundError(f"{missing} {path.absolute()} does not exist")
     return path
+
+
+#: Byte-order marks of the encodings a UTF-8 reader would misread, longest first (the
+#: UTF-32-LE mark begins with the UTF-16-LE one).
+_FOREIGN_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32-LE"), (b"\x00\x00\xfe\xff", "UTF-32-BE"),
+                 (b"\xff\xfe", "UTF-16-LE"), (b"\xfe\xff", "UTF-16-BE"))
+
+
+def without_byte_order_mark(path: PathLike, data: bytes) -> bytes:
+    """The bytes of a UTF-8 text file without a byte-order mark; UTF-16 and UTF-32 are refused.
+
+    :param path: The file, for the message.
+    :param data: Its contents.
+    :return: ``data`` less a leading UTF-8 byte-order mark.
+    :raises ValueError: If ``data`` starts with a UTF-16 or UTF-32 byte-order mark.
+    """
+    for mark, encoding in _FOREIGN_BOMS:
+        if data.startswith(mark):
+            raise ValueError(f"{path} is {encoding} text (it starts with a {encoding} byte-order mark); "
+                             "save it as UTF-8")
+    return data.removeprefix(codecs.BOM_UTF8)
+
+
+def read_text(path: PathLike) -> str:
+    """The contents of a UTF-8 text file, the one way loaders decode the text files they read.
+
+    A UTF-8 byte-order mark (as spreadsheet programs write) is dropped, so it never
+    becomes part of the first field. Anything but UTF-8 text is refused with the file's
+    name: a UTF-16 or UTF-32 file (recognised by its byte-order mark), a binary file
+    (NUL bytes) and invalid UTF-8 (the line and byte are named).
+
+    :param path: The file.
+    :return: Its text, newlines untranslated.
+    :raises ValueError: If the file is not UTF-8 text.
+    """
+    data = without_byte_order_mark(path, Path(path).read_bytes())
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(f"{path} is not UTF-8 text: line {line} has the byte "
+                         f"0x{data[error.start]:02x} ({error.reason}); save it as UTF-8") from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise ValueError(f"{path} is not a text file: line {line} contains a NUL byte (a binary file, "
+                         "or UTF-16 without a byte-order mark); save it as UTF-8 text")
+    return text
 
 
 def random_split(num_items: int, num_train: int, num_test: int,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._checks import TooLargeError
 from ..graphs import Graph, erdos_renyi_graph, grid_graph, icosphere_graph
 
 __all__ = ["PROCEDURAL_HELP", "resolve_graph"]
@@ -25,7 +26,10 @@ def resolve_graph(spec: str, data_dir: Any = None, *, largest_component: bool = 
     :param data_dir: Data directory for named datasets (default ``$GP_COUPLE_DATA``).
     :param largest_component: Keep only the largest connected component.
     :return: The graph.
-    :raises ValueError: For an empty or malformed spec (naming the wrong part).
+    :raises ValueError: For an empty or malformed spec (naming the wrong part, e.g.
+        ``icosphere:-1``), or a procedural graph too large for the available memory
+        (``icosphere:14``, ``grid:100000x100000``: refused with the estimate before
+        anything is allocated).
     """
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"graph spec must be a non-empty string, got {spec!r}")
@@ -38,12 +42,17 @@ def resolve_graph(spec: str, data_dir: Any = None, *, largest_component: bool = 
             graph = icosphere_graph(int(rest))
         elif kind == "erdos-renyi" and rest:
             parts = rest.split(":")
+            if len(parts) > 3:
+                raise ValueError(f"{len(parts)} parts after 'erdos-renyi:', expected 2 or 3")
             graph = erdos_renyi_graph(int(parts[0]), float(parts[1]),
                                       int(parts[2]) if len(parts) > 2 else 0)
         else:
             from .graphs import load_graph
 
             return load_graph(spec, data_dir, largest_component=largest_component)
+    except TooLargeError as error:
+        # Checked by the builders before they allocate anything.
+        raise TooLargeError(f"graph spec {spec!r} is too large: {error}") from error
     except (IndexError, TypeError, ValueError) as error:
         if kind in ("grid", "icosphere", "erdos-renyi"):
             # The builder's message (e.g. "edge_probability must lie in [0, 1], got 2.0")

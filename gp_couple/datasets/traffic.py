@@ -16,6 +16,8 @@ builds it from the original multigraph.
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,14 +123,20 @@ def load_traffic(data_dir: PathLike | None = None, verify: bool = True) -> Traff
     :param verify: Verify the file's SHA-256 digest (cached per process).
     :return: The weighted graph, observed nodes, speeds (mph) and node coordinates.
     :raises FileNotFoundError: If the data directory or the file is missing.
-    :raises ValueError: On a checksum mismatch or invalid contents.
+    :raises ValueError: On a checksum mismatch or invalid contents, including a file that
+        is not a readable numpy archive (truncated, corrupt); the message names the file.
     """
     path = data_file(TRAFFIC_FILE, data_dir, verify)
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError(f"it holds a single {type(archive).__name__}, not named arrays")
+        with archive:
             arrays = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError) as error:
-        raise _invalid(f"cannot be read as a numpy archive ({error})") from error
+    # A damaged zip fails in zipfile (BadZipFile), zlib (a truncated member) or while
+    # reading past its end (EOFError), none of them a ValueError.
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        raise _invalid(f"{path} cannot be read as a numpy archive ({type(error).__name__}: {error})") from error
     return _validated_dataset(arrays)
 
 

@@ -9,9 +9,11 @@ one-hot encoded. No standardisation is applied.
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
-from ._paths import PathLike, data_file
+from ._paths import PathLike, data_file, read_text
 
 __all__ = ["UCI_ALIASES", "UCI_DATASETS", "UCI_FILES", "load_uci"]
 
@@ -49,8 +51,8 @@ def load_uci(name: str, data_dir: PathLike | None = None,
     :return: ``(X, y)``: inputs ``(n, d)`` float64 and targets ``(n,)`` float64, fresh
         writable arrays, unstandardised.
     :raises TypeError: If ``name`` is not a str.
-    :raises ValueError: For an unknown name, a checksum mismatch, or a file with the wrong
-        shape or non-finite values.
+    :raises ValueError: For an unknown name, a checksum mismatch, or a file that is not
+        UTF-8 text (a byte-order mark is fine), or has the wrong shape or non-finite values.
     :raises FileNotFoundError: If the data directory or the file is missing.
     """
     if not isinstance(name, str):
@@ -61,8 +63,9 @@ def load_uci(name: str, data_dir: PathLike | None = None,
         raise ValueError(f"unknown UCI dataset {name!r}: expected one of {', '.join(UCI_DATASETS)}")
     relative, rows, columns = UCI_FILES[key]
     path = data_file(relative, data_dir, verify)
+    text = read_text(path)
     try:
-        table = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
+        table = np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
     except ValueError as error:
         raise ValueError(f"{relative} is not an all-numeric CSV ({error})") from error
     if table.shape != (rows, columns):

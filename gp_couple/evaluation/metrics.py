@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ._arrays import as_float64
+from ._arrays import as_float64, check_finite
 from .sources import GramSource, gram_source, is_lazy_source, node_index, row_chunks
 
 
@@ -28,7 +28,8 @@ def relative_frobenius_error(exact: Any, estimate: Any, *, nodes: Any = None) ->
     :param estimate: Estimated Gram matrix, any of the same kinds.
     :param nodes: Compare only the block of these node indices (default: all points;
         needed when neither side knows its size, e.g. two kernels off graphs).
-    :raises ValueError: If the shapes differ or the exact matrix is zero.
+    :raises ValueError: If the shapes differ, the exact matrix is zero, or either holds
+        NaN or infinite values (naming ``exact`` or ``estimate``).
     """
     if nodes is not None or is_lazy_source(exact) or is_lazy_source(estimate):
         return _blockwise_error(gram_source(exact, "exact"), gram_source(estimate, "estimate"), nodes)
@@ -38,6 +39,7 @@ def relative_frobenius_error(exact: Any, estimate: Any, *, nodes: Any = None) ->
             raise ValueError(f"shapes differ: exact {k.shape} vs estimate {estimate.shape}")
         coo = sp.coo_matrix(estimate)
         coo.sum_duplicates()
+        check_finite(coo.data, "estimate")
         norm_sq = float(np.sum(k * k))
         if norm_sq == 0.0:
             raise ValueError("exact Gram matrix is zero: relative error undefined")
@@ -75,7 +77,11 @@ def _blockwise_error(exact: GramSource, estimate: GramSource, nodes: Any) -> flo
 
 
 def rmse(prediction: Any, target: Any) -> float:
-    """Root mean square error between predictions and targets (same shape)."""
+    """Root mean square error between predictions and targets (same shape).
+
+    :raises ValueError: If the shapes differ, there are no points, or either holds NaN
+        or infinite values (naming ``prediction`` or ``target``).
+    """
     pred = as_float64(prediction, "prediction")
     y = as_float64(target, "target")
     if pred.shape != y.shape:
@@ -96,12 +102,18 @@ def nlpd(mean: Any, variance: Any, target: Any) -> float:
     :param variance: Predictive variances :math:`v_i > 0` of the *observations*
         (include the likelihood noise).
     :param target: Observed values :math:`y_i`.
+    :raises ValueError: If the shapes differ, there are no points, an argument holds NaN
+        or infinite values, or a variance is zero or negative (naming the argument).
     """
     mu = as_float64(mean, "mean")
     var = as_float64(variance, "variance")
     y = as_float64(target, "target")
     if not (mu.shape == var.shape == y.shape):
         raise ValueError(f"shapes differ: mean {mu.shape}, variance {var.shape}, target {y.shape}")
-    if np.any(~np.isfinite(var)) or np.any(var <= 0):
-        raise ValueError("predictive variances must be positive and finite")
+    if mu.size == 0:
+        raise ValueError("nlpd of zero points is undefined")
+    if np.any(var <= 0):
+        index = int(np.argmin(var.reshape(-1)))
+        raise ValueError(f"variance must be positive (predictive variances), got {var.reshape(-1)[index]:g} "
+                         f"at index {index}")
     return float(np.mean(0.5 * np.log(2 * math.pi * var) + 0.5 * (y - mu) ** 2 / var))

@@ -443,11 +443,14 @@ def low_rank_posterior(train_features: Tensor, test_features: Tensor, train_targ
         latent posterior.
     :param jitter: Added to the covariance diagonal (e.g. to compare latent posteriors).
     :raises TypeError: If the features are not floating tensors.
-    :raises ValueError: For inconsistent shapes, non-positive noise or negative jitter.
+    :raises ValueError: For inconsistent shapes, NaN or infinite features or targets,
+        non-positive noise or negative jitter.
     """
     for name, value in (("train_features", train_features), ("test_features", test_features)):
         if not isinstance(value, Tensor) or not value.dtype.is_floating_point:
             raise TypeError(f"{name} must be a floating-point torch.Tensor")
+        if not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{name} contains NaN or infinite values")
     noise = _check_noise(noise_variance)
     if not (math.isfinite(jitter) and jitter >= 0):
         raise ValueError(f"jitter must be finite and non-negative, got {jitter}")

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from ..kernels import GraphNodeKernel
 from ..models import module_device
-from ._arrays import as_float64
+from ._arrays import as_float64, check_finite
 
 __all__ = ["GramSource", "gram_source", "is_lazy_source", "node_index", "row_chunks"]
 
@@ -51,7 +51,10 @@ class GramSource(ABC):
     Build with :func:`gram_source`.
 
     :ivar size: Number of points :math:`N` (``None`` for a kernel that does not know it).
+    :ivar name: The argument it was given as, named when a block holds NaN or infinities.
     """
+
+    name = "gram"
 
     def __init__(self, size: int | None) -> None:
         self.size = size
@@ -78,9 +81,11 @@ class _DenseSource(GramSource):
 
 
 class _SparseSource(GramSource):
-    def __init__(self, matrix: sp.spmatrix) -> None:
+    def __init__(self, matrix: sp.spmatrix, name: str) -> None:
         super().__init__(matrix.shape[0])
+        self.name = name
         self.matrix = sp.csr_matrix(matrix, dtype=np.float64)
+        check_finite(self.matrix.data, name)
 
     def block(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         return self.matrix[rows][:, cols].toarray()
@@ -100,11 +105,11 @@ class _OperatorSource(GramSource):
     def block(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         # Two selections: linear_operator reads one call with two index tensors as pairs.
         selected = self.operator[self._index(rows), :][:, self._index(cols)]
-        return as_float64(selected.to_dense(), "gram")
+        return as_float64(selected.to_dense(), self.name)
 
     def diagonal(self, nodes: np.ndarray) -> np.ndarray:
         index = self._index(nodes)
-        return as_float64(self.operator[index, index], "gram")
+        return as_float64(self.operator[index, index], self.name)
 
 
 class _KernelSource(GramSource):
@@ -126,13 +131,13 @@ class _KernelSource(GramSource):
         if value.shape != (rows.size, cols.size):
             raise ValueError(f"the kernel returned a block of shape {tuple(value.shape)} for "
                              f"{rows.size} x {cols.size} nodes; a batched kernel needs one batch entry")
-        return as_float64(value, "gram")
+        return as_float64(value, self.name)
 
     def diagonal(self, nodes: np.ndarray) -> np.ndarray:
         inputs = self.inputs(nodes)
         with torch.no_grad():
             value = self.kernel(inputs, inputs, diag=True)
-        return as_float64(value, "gram").reshape(-1)
+        return as_float64(value, self.name).reshape(-1)
 
 
 def _graph_size(module: torch.nn.Module) -> int | None:
@@ -148,22 +153,27 @@ def gram_source(value: Any, name: str = "gram") -> GramSource:
         on node indices, or a :class:`gpytorch.models.ExactGP` (its ``covar_module``).
     :param name: Argument name used in error messages.
     :raises TypeError: For other types or non-numeric arrays.
-    :raises ValueError: If an array or operator is not square (or is batched).
+    :raises ValueError: If an array or operator is not square (or is batched), or an
+        array holds NaN or infinite values (lazy sources: the blocks read from them).
     """
     if isinstance(value, GramSource):
         return value
     if isinstance(value, gpytorch.models.ExactGP):
         value = value.covar_module
     if isinstance(value, gpytorch.kernels.Kernel):
-        return _KernelSource(value, _graph_size(value))
+        source: GramSource = _KernelSource(value, _graph_size(value))
+        source.name = name
+        return source
     if isinstance(value, LinearOperator):
         if value.ndim != 2 or value.shape[0] != value.shape[1]:
             raise ValueError(f"{name} must be a square matrix, got shape {tuple(value.shape)}")
-        return _OperatorSource(value)
+        source = _OperatorSource(value)
+        source.name = name
+        return source
     if sp.issparse(value):
         if value.shape[0] != value.shape[1]:
             raise ValueError(f"{name} must be square, got shape {value.shape}")
-        return _SparseSource(value)
+        return _SparseSource(value, name)
     matrix = as_float64(value, name)
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"{name} must be square, got shape {matrix.shape}")

@@ -48,7 +48,8 @@ import torch
 from ..couplings.frequencies import check_positive_int, get_frequency_coupling
 from ..features.fourier import softmax_kernel_features
 from ..progress import progress
-from ._report import add_common_arguments, emit, figure_folder, log_figures, positive_float, positive_int, summarize
+from ._report import (add_common_arguments, draws_int, emit, figure_folder, log_figures, positive_float, positive_int,
+                      summarize)
 from ._runtime import add_runtime_arguments, apply_runtime_arguments, with_bounded_threads
 
 __all__ = ["DEFAULT_COUPLINGS", "attention_statistics", "run_attention", "register"]
@@ -184,7 +185,7 @@ def register(subparsers: Any) -> None:
                         help="frequency couplings (default %(default)s)")
     parser.add_argument("--key-std", type=positive_float, default=None,
                         help="standard deviation of the key coordinates (default 1/sqrt(dim))")
-    parser.add_argument("--draws", type=positive_int, default=1000, help="feature draws per key set")
+    parser.add_argument("--draws", type=draws_int, default=1000, help="feature draws per key set")
     add_runtime_arguments(parser)
     add_common_arguments(parser, repeats=10)
     parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(

@@ -28,7 +28,8 @@ from ..couplings.frequencies import AntitheticFrequencyCoupling, FrequencyCoupli
 from ..devices import resolve_device
 from ..kernels.random_features import CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
 from ..progress import progress as progress_bar
-from ._report import add_common_arguments, emit, figure_folder, log_figures, positive_float, positive_int, summarize
+from ._report import (add_common_arguments, draws_int, emit, figure_folder, log_figures, positive_float, positive_int,
+                      summarize)
 from ._exact_gp import fit_gp_hyperparameters, rlf_lengthscale
 from ._runtime import add_device_argument, add_runtime_arguments, apply_runtime_arguments, with_bounded_threads
 from ._splits import random_split, split_stream, standardise
@@ -185,7 +186,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--lr", type=positive_float, default=0.05, help="Adam learning rate")
     parser.add_argument("--samples-per-step", type=positive_int, default=16,
                         help="noise draws per training step")
-    parser.add_argument("--eval-draws", type=positive_int, default=2000,
+    parser.add_argument("--eval-draws", type=draws_int, default=2000,
                         help="draws estimating each coupling's expected loss")
     parser.add_argument("--log-every", type=positive_int, default=50, help="steps per training-curve point")
     parser.add_argument("--max-train", type=positive_int, default=256, help="most training points per split")

@@ -74,7 +74,7 @@ def recommended_end_to_end(dataset: Any, train: np.ndarray, test: np.ndarray, it
     model, likelihood = fit_grf_gp(dataset.graph, train, (values[train] - shift) / scale, predict_nodes=test,
                                    iterations=iterations, sigma_fit_samples=40, seed=seed, device=device)
     with grf_gp_settings():
-        mean, variance = predict(model, likelihood, test, fast=True, seed=seed)
+        mean, variance = predict(model, likelihood, test, seed=seed)
     mean = mean.double().cpu().numpy() * scale + shift
     variance = variance.double().cpu().numpy() * scale ** 2
     return {"test_rmse": rmse(mean, values[test]), "test_nlpd": nlpd(mean, variance, values[test]),

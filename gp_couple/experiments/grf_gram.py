@@ -29,8 +29,8 @@ from ..progress import progress
 from ._couplings import (COUPLINGS, add_walk_arguments, coupling_choices, walk_length_couplings,
                          with_direction_labels)
 from ._graphs import PROCEDURAL_HELP, resolve_graph
-from ._report import (add_common_arguments, add_ratio_to_baseline, emit, figure_folder, log_figures,
-                      positive_float, positive_int, probability, summarize)
+from ._report import (add_common_arguments, add_output_argument, add_ratio_to_baseline, emit, figure_folder,
+                      log_figures, positive_float, positive_int, probability, summarize, walkers_int)
 
 KERNELS = ("regularised-laplacian", "diffusion")
 
@@ -128,7 +128,7 @@ def register(subparsers: Any) -> None:
                         help="graph kernels to estimate")
     parser.add_argument("--p-halt", nargs="+", type=probability, default=[0.1, 0.2, 0.3, 0.4, 0.5],
                         help="termination probabilities to sweep")
-    parser.add_argument("--walkers", nargs="+", type=positive_int, default=[2, 16],
+    parser.add_argument("--walkers", nargs="+", type=walkers_int, default=[2, 16],
                         help="walkers per node (even, for the paired couplings)")
     parser.add_argument("--couplings", nargs="+", choices=coupling_choices(), default=list(COUPLINGS),
                         help="walk-length couplings compared")
@@ -141,7 +141,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--gamma", type=positive_float, default=1.0, help="diffusion gamma")
     parser.add_argument("--two-sets", action="store_true",
                         help="unbiased diagonal: symmetrised product of two independent feature sets")
-    parser.add_argument("--save-couplings", default=None, help="directory to save fitted sigma-couplings as JSON")
+    add_output_argument(parser, "--save-couplings", kind="folder", default=None,
+                        help="directory to save fitted sigma-couplings as JSON")
     add_common_arguments(parser, repeats=20)
     parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
         "kernel", "p_halt", "walkers", "coupling", "directions", "error", "error_vs_iid")))

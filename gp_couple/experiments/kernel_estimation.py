@@ -63,7 +63,8 @@ from ._kernel_estimation_run import (
     PAPER_DATASETS,
     run_kernel_estimation,
 )
-from ._report import add_common_arguments, emit, figure_folder, log_figures, positive_float, positive_int
+from ._report import (add_common_arguments, draws_int, emit, figure_folder, log_figures, positive_float, positive_int,
+                      repeats_int)
 from ._runtime import add_runtime_arguments, apply_runtime_arguments
 from ._splits import random_split, standardise
 
@@ -137,7 +138,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rlf-frequencies", type=positive_int, default=None, help="RLF frequencies (default 2d)")
     parser.add_argument("--max-train", type=positive_int, default=256, help="most training points per split")
     parser.add_argument("--max-test", type=positive_int, default=256, help="most test points per split")
-    parser.add_argument("--draws", type=positive_int, default=100, help="frequency draws per coupling and split")
+    parser.add_argument("--draws", type=draws_int, default=100, help="frequency draws per coupling and split")
     parser.add_argument("--gp-optimizer", choices=GP_OPTIMIZERS, default="lbfgs",
                         help="exact-GP optimiser: L-BFGS (converges in tens of iterations) or the "
                              "paper's Adam (thousands of steps)")
@@ -160,7 +161,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--chunk", type=positive_int, default=100, help="draws evaluated together")
     add_runtime_arguments(parser)
     add_common_arguments(parser, repeats=20)
-    parser.add_argument("--splits", type=positive_int, dest="repeats", default=argparse.SUPPRESS,
+    parser.add_argument("--splits", type=repeats_int, dest="repeats", default=argparse.SUPPRESS,
                         help="alias of --repeats: random train/test splits")
     parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
         "features", "coupling", "kernel_rmse_vs_iid", "kl_per_test_point", "predictive_rmse_vs_iid")))

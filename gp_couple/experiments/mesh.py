@@ -17,7 +17,7 @@ import numpy as np
 
 from ..datasets import MeshDataset, default_mesh, load_mesh, split_test_nodes
 from ._report import (add_common_arguments, emit, figure_folder, log_figures, non_negative_int, positive_float,
-                      positive_int, probability, probability_or_auto)
+                      positive_int, probability, probability_or_auto, walkers_int)
 from ._couplings import COUPLINGS, add_walk_arguments, coupling_choices
 from ._runtime import add_device_argument
 from ..couplings.directions import DIRECTION_COUPLINGS
@@ -37,7 +37,7 @@ def add_protocol_arguments(parser: argparse.ArgumentParser, *, walkers: list[int
 
     ``p_halt="auto"`` lets ``--p-halt`` also take ``auto`` (the command must resolve it).
     """
-    parser.add_argument("--walkers", nargs="+", type=positive_int, default=walkers,
+    parser.add_argument("--walkers", nargs="+", type=walkers_int, default=walkers,
                         help="walkers per node compared after training (default %(default)s)")
     parser.add_argument("--couplings", nargs="+", choices=coupling_choices(), default=list(COUPLINGS),
                         help="walk-length couplings compared")
@@ -51,7 +51,7 @@ def add_protocol_arguments(parser: argparse.ArgumentParser, *, walkers: list[int
     parser.add_argument("--order", type=positive_int, default=50, help="sigma permutation order")
     parser.add_argument("--fit-samples", type=positive_int, default=100,
                         help="walks per node and quantile bin when fitting sigma")
-    parser.add_argument("--train-walkers", type=positive_int, default=8,
+    parser.add_argument("--train-walkers", type=walkers_int, default=8,
                         help="i.i.d. walkers per node while training the hyperparameters")
     parser.add_argument("--train-iterations", type=non_negative_int, default=train_iterations,
                         help="Adam iterations on the marginal likelihood (default %(default)s)")

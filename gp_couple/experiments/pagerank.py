@@ -24,7 +24,7 @@ from ._couplings import (COUPLINGS, add_walk_arguments, coupling_choices, walk_l
                          with_direction_labels)
 from ._graphs import PROCEDURAL_HELP, resolve_graph
 from ._report import (add_common_arguments, add_ratio_to_baseline, emit, figure_folder, log_figures,
-                      positive_int, probability, summarize)
+                      positive_int, probability, summarize, walkers_int)
 
 
 
@@ -86,7 +86,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--p-halt", nargs="+", type=probability,
                         default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
                         help="termination (teleport) probabilities to sweep")
-    parser.add_argument("--walkers", type=positive_int, default=2,
+    parser.add_argument("--walkers", type=walkers_int, default=2,
                         help="walkers per node (even, for the paired couplings)")
     parser.add_argument("--couplings", nargs="+", choices=coupling_choices(), default=list(COUPLINGS),
                         help="walk-length couplings compared")

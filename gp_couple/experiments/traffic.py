@@ -35,7 +35,7 @@ import scipy.sparse as sp
 
 from ..datasets import TrafficDataset, load_traffic, traffic_split
 from ..halting import DEFAULT_MAX_INFLATION, halting_inflation, suggest_p_halt
-from ._report import emit, figure_folder, log_figures, positive_float, positive_int
+from ._report import emit, figure_folder, log_figures, positive_float, positive_int, seed_int
 from .exact_baseline import exact_predictions, fit_exact_gp, kernel_family_at
 from .graph_gp import protocol_figures, run_protocol
 from .mesh import add_protocol_arguments, protocol_from_args
@@ -125,7 +125,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")
     parser.add_argument("--train", type=positive_int, default=250, help="training sensors")
     parser.add_argument("--test", type=positive_int, default=75, help="test sensors")
-    parser.add_argument("--split-seed", type=int, default=None,
+    parser.add_argument("--split-seed", type=seed_int, default=None,
                         help="seed of the train/test split (default: --seed, which also seeds the walks)")
     add_protocol_arguments(parser, walkers=[4, 8, 16], train_iterations=1000, repeats=10, p_halt="auto",
                            p_halt_help="termination probability of every walk, or 'auto': the largest "

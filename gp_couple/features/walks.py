@@ -48,7 +48,12 @@ from .._checks import check_int, check_p_halt, is_int
 from .._random import SeedLike, as_numpy_generator, draw_seed
 from ..couplings.directions import DirectionCoupling, get_direction_coupling
 from ..couplings.proposals import NeighbourProposal, get_proposal, uniform_ratios
-from ..couplings.walk_lengths import IIDWalkLengthCoupling, WalkLengthCoupling, get_walk_length_coupling
+from ..couplings.walk_lengths import (
+    IIDWalkLengthCoupling,
+    WalkLengthCoupling,
+    checked_lengths,
+    get_walk_length_coupling,
+)
 from ..graphs import Graph
 from . import _walk_kernels as kernels
 
@@ -297,11 +302,11 @@ def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
         if not 0 <= max_length <= MAX_WALK_LENGTH:
             raise ValueError(f"max_length must lie in [0, {MAX_WALK_LENGTH}], got {max_length}")
     _check_walk_memory(num_rows, num_walkers, p_halt, max_length)
-    lengths = get_walk_length_coupling(coupling).sample_lengths(num_rows, num_walkers, p_halt, rng)
-    if lengths.shape != (num_rows, num_walkers):
-        raise ValueError(
-            f"coupling {coupling!r} returned lengths of shape {lengths.shape}, expected "
-            f"{(num_rows, num_walkers)}")
+    instance = get_walk_length_coupling(coupling)
+    # A user's coupling is an edge: its lengths are checked (and copied, so capping them
+    # below never writes into the coupling's own array).
+    lengths = checked_lengths(instance.sample_lengths(num_rows, num_walkers, p_halt, rng), instance,
+                              "sample_lengths", (num_rows, num_walkers), "one per start node and walker")
     if max_length is not None:
         np.minimum(lengths, max_length, out=lengths)
     return lengths

@@ -33,6 +33,7 @@ from .._deprecation import renamed_keywords
 from ..graphs import Graph
 from ..kernel_families import Diffusion, KernelFamily
 from ._inputs import InputCache
+from ._state import check_state_tensors
 
 __all__ = ["GraphNodeKernel", "check_node_tensor_form", "check_node_values", "node_index_tensor"]
 
@@ -237,6 +238,13 @@ class GraphNodeKernel(Kernel):
                              "pass allow_batch=True to get one row of indices per batch entry")
         return index
 
+    def check_estimator(self) -> None:
+        """Warn if the kernel's estimate is unreliable at the current hyperparameters (exact kernels: never).
+
+        Called by :func:`gp_couple.models.fit_gp` after training and by
+        :func:`gp_couple.models.predict`; randomised kernels override it.
+        """
+
     def trust_node_inputs(self, x: Tensor, index: Tensor) -> None:
         """Remember ``index`` (int64 ``(n,)``) as the validated node indices of the column ``x``.
 
@@ -309,7 +317,13 @@ class GraphNodeKernel(Kernel):
         return {"version": _EXTRA_STATE_VERSION, "graph_fingerprint": self._graph.fingerprint(),
                 "num_nodes": self.num_nodes}
 
-    def _check_graph_state(self, state: Any, prefix: str) -> None:
+    def _check_graph_state(self, state: Any, prefix: str) -> Any:
+        """Check a saved state's graph identity; return what :meth:`_apply_extra_state` applies.
+
+        Subclasses with more saved configuration extend it to validate all of it, so
+        that loading checks everything before anything is copied (and applies nothing
+        on an error).
+        """
         if not isinstance(state, dict) or "graph_fingerprint" not in state:
             raise ValueError(f"{prefix or 'state_dict'}: the saved kernel state is not a graph-kernel state")
         if state["graph_fingerprint"] != self._graph.fingerprint():
@@ -318,14 +332,22 @@ class GraphNodeKernel(Kernel):
                 f"{state.get('num_nodes')}, fingerprint {str(state['graph_fingerprint'])[:12]}...) than "
                 f"this kernel's (num_nodes={self.num_nodes}, fingerprint "
                 f"{self._graph.fingerprint()[:12]}...); build the kernel on the same graph")
+        return None
+
+    def _apply_extra_state(self, checked: Any) -> None:
+        """Hook: apply what :meth:`_check_graph_state` returned (the graph itself needs nothing)."""
 
     def get_extra_state(self) -> dict[str, Any]:
         """Graph identity (fingerprint and size), checked when loading a state dict."""
         return self._graph_state()
 
     def set_extra_state(self, state: Any) -> None:
-        """Validate the graph identity of a loaded state (see :meth:`get_extra_state`)."""
-        self._check_graph_state(state, "")
+        """Validate the graph identity of a loaded state (see :meth:`get_extra_state`), then apply it."""
+        self._apply_extra_state(self._check_graph_state(state, ""))
+
+    def _reshaped_on_load(self) -> frozenset[str]:
+        """Names of own buffers that take the saved shape on load (see :meth:`_before_load`)."""
+        return frozenset()
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: Any,
                               strict: bool, missing_keys: list, unexpected_keys: list,
@@ -334,10 +356,21 @@ class GraphNodeKernel(Kernel):
         old = prefix + "graph_kernel."
         for key in [key for key in state_dict if key.startswith(old)]:
             state_dict[prefix + "kernel_family." + key[len(old):]] = state_dict.pop(key)
-        # Check the graph before anything is copied, so a mismatch leaves the kernel intact.
-        extra = state_dict.get(prefix + "_extra_state")
-        if extra is not None:
-            self._check_graph_state(extra, prefix.rstrip("."))
+        # Check everything before anything is copied, so a bad state leaves the kernel intact.
+        if prefix + "_extra_state" in state_dict:
+            self._check_graph_state(state_dict[prefix + "_extra_state"], prefix.rstrip("."))
+        else:
+            # Without the saved graph identity, buffers sampled on a graph (walks) cannot be
+            # verified to belong to this one, even with strict=False.
+            graph_bound = sorted(name for name in self._buffers if name not in self._non_persistent_buffers_set
+                                 and prefix + name in state_dict)
+            if graph_bound:
+                raise ValueError(
+                    f"{prefix + '_extra_state' if prefix else '_extra_state'} is missing from the state dict, "
+                    f"which holds this kernel's {', '.join(graph_bound)}: the graph they were sampled on cannot "
+                    "be checked against this kernel's; load a state dict saved with the extra state "
+                    "(kernel.state_dict()), or leave those entries out")
+        check_state_tensors(self, state_dict, prefix, self._reshaped_on_load())
         self._before_load(state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)

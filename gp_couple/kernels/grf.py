@@ -36,6 +36,7 @@ and are re-exported here.
 
 from __future__ import annotations
 
+from copy import deepcopy
 from typing import Any
 
 import numpy as np
@@ -43,9 +44,10 @@ import torch
 from linear_operator.operators import LinearOperator
 from torch import Tensor
 
-from .._checks import check_int, check_p_halt
+from .._checks import check_int, check_p_halt, is_int
 from .._deprecation import renamed_keywords
 from .._random import SeedLike, draw_seed
+from ..halting import warn_if_inflated
 from ..couplings.directions import (
     DirectionCoupling,
     IndependentDirections,
@@ -55,6 +57,7 @@ from ..couplings.directions import (
 from ..couplings.proposals import NeighbourProposal, UniformProposal, get_proposal, proposal_from_dict
 from ..couplings.walk_lengths import WalkLengthCoupling, coupling_from_dict, get_walk_length_coupling
 from ..features.grf import GraphRandomFeatures
+from ..features.sigma_fit import fit_sigma_coupling
 from ..graphs import Graph
 from ..kernel_families import KernelFamily
 from ..operators import CSRPattern, GRFGramLinearOperator, SparseFeatureLinearOperator
@@ -62,7 +65,17 @@ from ._inputs import InputCache, same_inputs
 from .graph_node import GraphNodeKernel, check_node_values, node_index_tensor
 from .exact_graph import ExactGraphKernel
 
-__all__ = ["GRFKernel", "GraphNodeKernel", "ExactGraphKernel", "check_node_values", "node_index_tensor"]
+__all__ = ["GRFKernel", "GraphNodeKernel", "ExactGraphKernel", "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT",
+           "TRAIN_WALKERS", "check_node_values", "node_index_tensor"]
+
+#: Walkers per node of the training configuration (the constructor's default).
+TRAIN_WALKERS = 48
+#: Termination probability of the training configuration (the constructor's default).
+TRAIN_P_HALT = 0.1
+#: Walkers per node that :meth:`GRFKernel.resample_for_prediction` redraws.
+PREDICT_WALKERS = 512
+#: Order of the σ-coupling fitted for prediction (the paper's value for GPs).
+SIGMA_ORDER = 50
 
 #: Names of the feature tensors stored as buffers (``features_<name>``).
 _FEATURE_KEYS = ("start_nodes", "row_pointer", "columns", "slot_pointer", "steps", "weights")
@@ -82,9 +95,22 @@ class GRFKernel(GraphNodeKernel):
     off-diagonal entries are unbiased.
 
     :param graph: The graph.
+    The defaults are the training configuration that predicts like the exact GP on the
+    benchmark problems (``benchmarks/RESULTS.md``): :data:`TRAIN_WALKERS` antithetic
+    walkers per node with repelling directions, :math:`p_\mathrm{halt} =`
+    :data:`TRAIN_P_HALT`. Before predicting, :meth:`resample_for_prediction` redraws
+    :data:`PREDICT_WALKERS` :math:`\sigma`-coupled walkers at the learnt
+    hyperparameters. The paper's experiments pass their own settings (e.g. 16 i.i.d.
+    walkers, :math:`p_\mathrm{halt} = 0.5`).
+
+    A kernel whose halting inflation (:func:`gp_couple.halting.halting_inflation`) at its
+    current hyperparameters exceeds :data:`~gp_couple.halting.WARNING_INFLATION` warns
+    once (:class:`~gp_couple.halting.HaltingInflationWarning`); :func:`gp_couple.models.fit_gp`
+    and :func:`gp_couple.models.predict` check it (:meth:`check_estimator`).
+
     :param num_walkers: Walkers per node :math:`m` (even for paired couplings).
     :param p_halt: Termination probability :math:`p_\mathrm{halt}`.
-    :param coupling: Walk-length coupling: ``"iid"``, ``"antithetic"`` or a
+    :param coupling: Walk-length coupling: ``"iid"``, ``"antithetic"`` (default) or a
         :class:`~gp_couple.couplings.walk_lengths.WalkLengthCoupling` (e.g. a fitted
         :class:`~gp_couple.couplings.walk_lengths.SigmaCoupling`).
     :param kernel_family: The kernel family and its hyperparameters (default
@@ -99,17 +125,17 @@ class GRFKernel(GraphNodeKernel):
     :param proposal: Neighbour proposal: ``"weighted"`` (default; choice in proportion
         to edge weight, identical to ``"uniform"`` on unweighted graphs), ``"uniform"``
         or a :class:`~gp_couple.couplings.proposals.NeighbourProposal`.
-    :param directions: Direction coupling: ``"independent"`` (default), ``"repelling"``
-        (repelling random walks) or a :class:`~gp_couple.couplings.directions.DirectionCoupling`.
+    :param directions: Direction coupling: ``"independent"``, ``"repelling"`` (default;
+        repelling random walks) or a :class:`~gp_couple.couplings.directions.DirectionCoupling`.
     :param kwargs: Passed to :class:`gpytorch.kernels.Kernel`.
     """
 
     @renamed_keywords(graph_kernel="kernel_family")
-    def __init__(self, graph: Graph, num_walkers: int = 16, p_halt: float = 0.5,
-                 coupling: str | WalkLengthCoupling = "iid", kernel_family: KernelFamily | None = None,
+    def __init__(self, graph: Graph, num_walkers: int = TRAIN_WALKERS, p_halt: float = TRAIN_P_HALT,
+                 coupling: str | WalkLengthCoupling = "antithetic", kernel_family: KernelFamily | None = None,
                  max_length: int | None = None, seed: SeedLike = 0, nodes: Any = None,
                  batch_shape: torch.Size = torch.Size(), proposal: str | NeighbourProposal | None = None,
-                 directions: str | DirectionCoupling | None = None, **kwargs: Any) -> None:
+                 directions: str | DirectionCoupling | None = "repelling", **kwargs: Any) -> None:
         super().__init__(graph, kernel_family, batch_shape=batch_shape, **kwargs)
         self._cache: dict[str, Any] = {}
         config = _walk_config(num_walkers, p_halt, coupling, max_length, proposal, directions)
@@ -121,7 +147,45 @@ class GRFKernel(GraphNodeKernel):
             self.register_buffer(f"features_{name}", tensor)
 
     # ---------------------------------------------------------------- configuration
+    def check_estimator(self) -> None:
+        """Warn once if the walks' halting inflation at the current hyperparameters makes the estimate unreliable.
+
+        :warns HaltingInflationWarning: If :func:`~gp_couple.halting.halting_inflation`
+            of the kernel family at ``p_halt`` exceeds
+            :data:`~gp_couple.halting.WARNING_INFLATION`; the message names ``p_halt`` and
+            :func:`~gp_couple.halting.suggest_p_halt`'s value.
+        """
+        if not self._halting_warned:
+            self._halting_warned = warn_if_inflated(self.kernel_family, self.p_halt, "GRFKernel")
+
+    def resample_for_prediction(self, num_walkers: int = PREDICT_WALKERS, *, seed: SeedLike = None,
+                                sigma_fit_samples: int = 100) -> GRFKernel:
+        r"""Redraw the walks for prediction: ``num_walkers`` :math:`\sigma`-coupled walkers per node.
+
+        Fits a :math:`\sigma`-coupling (paper, definition of coupled GRFs; order
+        :data:`SIGMA_ORDER`, the paper's value for GPs) for the kernel at its current
+        hyperparameters and redraws the walks with it, keeping the start nodes, ``p_halt``
+        and the direction coupling. Prediction costs one solve and the variances, so a
+        large walker count is cheap there.
+
+        :param num_walkers: Walkers per node (even: σ-coupled pairs).
+        :param seed: Seed of the σ fit (and, plus one, of the new walks); ``None`` uses
+            the kernel's seed plus one.
+        :param sigma_fit_samples: Walks per node and bin when fitting the σ-coupling.
+        :return: ``self``.
+        :raises ValueError: If ``num_walkers`` is not an even int >= 2.
+        """
+        if not is_int(num_walkers) or num_walkers < 2 or num_walkers % 2:
+            raise ValueError(f"num_walkers must be an even int >= 2 (sigma-coupled pairs), got {num_walkers!r}")
+        base_seed = self.seed + 1 if seed is None else draw_seed(seed)
+        with torch.no_grad():
+            # The sigma fit samples walks and weighs them on the CPU.
+            sigma = fit_sigma_coupling(deepcopy(self.kernel_family).cpu(), self.p_halt, SIGMA_ORDER,
+                                       samples_per_bin=sigma_fit_samples, seed=base_seed)
+        return self.resample(base_seed + 1, num_walkers=int(num_walkers), coupling=sigma)
+
     def _set_config(self, config: dict[str, Any], seed: int) -> None:
+        self._halting_warned = False
         self.num_walkers: int = config["num_walkers"]
         self.p_halt: float = config["p_halt"]
         self.coupling: WalkLengthCoupling = config["coupling"]
@@ -204,16 +268,40 @@ class GRFKernel(GraphNodeKernel):
                      directions=self.directions.to_dict())
         return state
 
-    def set_extra_state(self, state: Any) -> None:
-        """Restore the walk configuration saved by :meth:`get_extra_state`."""
-        self._check_graph_state(state, "")
-        if "num_walkers" in state:  # absent in an ExactGraphKernel state
+    def _check_graph_state(self, state: Any, prefix: str) -> tuple[dict[str, Any], int] | None:
+        """Check the graph identity and the whole saved walk configuration; return it validated.
+
+        Loading calls this before anything is copied and :meth:`set_extra_state` applies
+        its result, so a bad configuration (``p_halt`` 0, a negative seed, an unknown
+        coupling) leaves the kernel as it was.
+        """
+        super()._check_graph_state(state, prefix)
+        if "num_walkers" not in state:  # an ExactGraphKernel state: the walks are kept
+            return None
+        where = f"{prefix}._extra_state" if prefix else "_extra_state"
+        missing = sorted({"p_halt", "coupling", "max_length", "seed"} - set(state))
+        if missing:
+            raise ValueError(f"{where}: the saved walk configuration lacks {missing}")
+        try:
             # States saved before proposals existed were walked uniformly and independently.
             config = _walk_config(
                 state["num_walkers"], state["p_halt"], coupling_from_dict(state["coupling"]),
                 state["max_length"], proposal_from_dict(state.get("proposal", UniformProposal().to_dict())),
                 direction_coupling_from_dict(state.get("directions", IndependentDirections().to_dict())))
-            self._set_config(config, state["seed"])
+            seed = state["seed"]
+            if not is_int(seed):
+                raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+            seed = _resolve_seed(seed)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{where}: {error}") from error
+        return config, seed
+
+    def _apply_extra_state(self, checked: tuple[dict[str, Any], int] | None) -> None:
+        if checked is not None:
+            self._set_config(*checked)
+
+    def _reshaped_on_load(self) -> frozenset[str]:
+        return frozenset(f"features_{name}" for name in _FEATURE_KEYS)
 
     def _before_load(self, state_dict: dict[str, Any], prefix: str) -> None:
         saved = {name: state_dict.get(f"{prefix}features_{name}") for name in _FEATURE_KEYS}

@@ -50,6 +50,7 @@ from ..couplings.frequencies import (
 )
 from ..features.fourier import check_finite_inputs, feature_map, gaussian_kernel, num_feature_columns
 from ._inputs import InputCache, same_inputs
+from ._state import check_state_tensors
 
 __all__ = [
     "CoupledRandomFeatureKernel",
@@ -112,7 +113,12 @@ class CoupledRandomFeatureKernel(Kernel):
         if ard_num_dims is not None and ard_num_dims != 1:
             candidates["ard_num_dims"] = check_positive_int("ard_num_dims", ard_num_dims)
         if active_dims is not None:
-            candidates["active_dims"] = len(torch.as_tensor(active_dims).reshape(-1))
+            dims = torch.as_tensor(active_dims).reshape(-1)
+            if dims.dtype == torch.bool or dims.dtype.is_floating_point or dims.dtype.is_complex:
+                raise TypeError(f"active_dims must hold integer input dimensions, got dtype {dims.dtype}")
+            if dims.numel() == 0 or bool((dims < 0).any()) or dims.unique().numel() != dims.numel():
+                raise ValueError(f"active_dims must be distinct non-negative input dimensions, got {dims.tolist()}")
+            candidates["active_dims"] = dims.numel()
         if num_dims is None:
             if not candidates:
                 raise ValueError("num_dims is required (the frequencies are drawn at construction); "
@@ -144,7 +150,7 @@ class CoupledRandomFeatureKernel(Kernel):
     @property
     def frequencies(self) -> Tensor:
         """Frequencies ``(*batch_shape, num_features, num_dims)`` before division by the lengthscale."""
-        return self.coupling(self.noise, self._num_features)
+        return self.coupling(self.noise, self._num_features, dim=self.num_dims, batch_shape=self.batch_shape)
 
     def resample(self, seed: SeedLike = None, *,
                  num_features: int | None = None) -> CoupledRandomFeatureKernel:
@@ -200,13 +206,30 @@ class CoupledRandomFeatureKernel(Kernel):
     def set_extra_state(self, state: Any) -> None:
         self._num_features = self._check_extra_state(state)
 
+    def _check_saved_noise(self, state_dict: dict[str, Any], prefix: str, num_features: int) -> None:
+        """Check that the saved noise (or the kept one) gives ``num_features`` frequencies of this kernel's shape."""
+        noise = {}
+        for key, current in self.noise.items():
+            saved = state_dict.get(prefix + _NOISE_PREFIX + key, current)
+            if not isinstance(saved, Tensor) or not saved.dtype.is_floating_point:
+                raise TypeError(f"{prefix}{_NOISE_PREFIX}{key}: expected a floating-point tensor in the state dict, "
+                                f"got {saved.dtype if isinstance(saved, Tensor) else type(saved).__name__}")
+            noise[key] = saved.to(device=current.device, dtype=current.dtype)
+        try:
+            with torch.no_grad():
+                self.coupling(noise, num_features, dim=self.num_dims, batch_shape=self.batch_shape)
+        except (ValueError, TypeError, RuntimeError, IndexError, KeyError) as error:
+            raise ValueError(f"{prefix}{_NOISE_PREFIX}*: the saved noise does not give {num_features} frequencies "
+                             f"of dimension {self.num_dims} for batch shape {tuple(self.batch_shape)} ({error})") from error
+
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: Any,
                               strict: bool, missing_keys: list[str], unexpected_keys: list[str],
                               error_msgs: list[str]) -> None:
-        # Validate before anything is copied, so that a mismatch leaves the kernel intact.
-        extra_state = state_dict.get(prefix + "_extra_state")
-        if extra_state is not None:
-            self._check_extra_state(extra_state)
+        # Validate everything before anything is copied, so that a bad state leaves the kernel intact.
+        key = prefix + "_extra_state"
+        num_features = self._check_extra_state(state_dict[key]) if key in state_dict else self._num_features
+        self._check_saved_noise(state_dict, prefix, num_features)
+        check_state_tensors(self, state_dict, prefix, [_NOISE_PREFIX + key for key in self._noise_keys])
         # The saved noise may hold more or fewer frequencies (after resample(num_features=...)):
         # re-register those buffers with the incoming shapes so that copying succeeds.
         for key in self._noise_keys:
@@ -227,26 +250,64 @@ class CoupledRandomFeatureKernel(Kernel):
         if self._finite_inputs.get(x) is None:
             check_finite_inputs(x, name)
             self._finite_inputs.put(x, True)
-        return self._feature_fn(x, self.frequencies, self.lengthscale, check_finite=False)
+        features = self._feature_fn(x, self.frequencies, self.lengthscale, check_finite=False)
+        self._check_features(features, x, name)
+        return features
+
+    def _check_features(self, features: Tensor, x: Tensor, name: str) -> None:
+        """Hook: refuse features that cannot estimate the kernel at ``x`` (after the map)."""
+
+    def _check_raw_inputs(self, x: Any, name: str) -> None:
+        """The public edge of raw inputs ``(..., n, D)``: a tensor whose ``D`` covers ``active_dims``."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if self.active_dims is not None and x.dim() >= 1:
+            needed = int(self.active_dims.max()) + 1
+            if x.shape[-1] < needed:
+                raise ValueError(f"{name} has {x.shape[-1]} input dimensions but active_dims="
+                                 f"{self.active_dims.tolist()} selects dimension {needed - 1}")
+
+    def __call__(self, x1: Tensor, x2: Tensor | None = None, diag: bool = False, last_dim_is_batch: bool = False,
+                 **params: Any) -> Any:
+        self._check_raw_inputs(x1, "x1")
+        if x2 is not None:
+            self._check_raw_inputs(x2, "x2")
+        return super().__call__(x1, x2, diag=diag, last_dim_is_batch=last_dim_is_batch, **params)
 
     def features(self, x: Tensor) -> Tensor:
         r"""Feature matrix :math:`\phi(\boldsymbol x / \boldsymbol\ell)` ``(..., n, F)`` (``active_dims`` applied).
 
         :param x: Inputs ``(..., n, D)``.
+        :raises TypeError: If ``x`` is not a tensor.
+        :raises ValueError: If ``x`` has too few dimensions for ``active_dims``, another
+            number than ``num_dims`` after them, a batch shape that does not broadcast
+            with the kernel's, or NaN or infinite values.
         """
-        if not isinstance(x, Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        self._check_raw_inputs(x, "x")
         if x.dim() == 1:
             x = x.unsqueeze(-1)
         if self.active_dims is not None:
             x = x.index_select(-1, self.active_dims)
+        self._check_batch(x, "x")
         return self._featurize(x, "x")
+
+    def _check_batch(self, x: Tensor, name: str, other: Tensor | None = None) -> None:
+        shapes = {name: tuple(x.shape[:-2])}
+        if other is not None:
+            shapes["x2"] = tuple(other.shape[:-2])
+        try:
+            torch.broadcast_shapes(*shapes.values(), self.batch_shape)
+        except RuntimeError:
+            described = ", ".join(f"{key} {shape}" for key, shape in shapes.items())
+            raise ValueError(f"input batch shapes ({described}) do not broadcast with the kernel's batch_shape "
+                             f"{tuple(self.batch_shape)}: every batch member has its own frequencies") from None
 
     def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, last_dim_is_batch: bool = False,
                 **params: Any) -> Tensor | LinearOperator:
         if last_dim_is_batch:
             raise ValueError("last_dim_is_batch is not supported by random-feature kernels: "
                              "their frequencies live in the full input space")
+        self._check_batch(x1, "x1", x2)
         z1 = self._featurize(x1, "x1")
         x1_eq_x2 = same_inputs(x1, x2)
         z2 = z1 if x1_eq_x2 else self._featurize(x2, "x2")
@@ -306,6 +367,19 @@ class CoupledRLFKernel(CoupledRandomFeatureKernel):
     Default coupling: PNC with antithetic pairs (``"pnc+antithetic"``), the paper's best
     RLF coupling. The estimate depends on :math:`\boldsymbol x + \boldsymbol y`, so the
     kernel is not stationary as a function of the draws.
+
+    Far from the origin the estimate itself, not only its computation, vanishes: at
+    :math:`\boldsymbol x = \boldsymbol y` it is
+    :math:`\frac1m\sum_i \exp(2\boldsymbol\omega_i^\top\boldsymbol x - 2\|\boldsymbol x\|^2)`
+    with :math:`\boldsymbol\omega_i^\top\boldsymbol x = O(\|\boldsymbol x\|)`, e.g.
+    :math:`e^{-2\cdot 10^4}` at :math:`\|\boldsymbol x / \boldsymbol\ell\| = 100`
+    where :math:`k(\boldsymbol x, \boldsymbol x) = 1`; no rescaling of the features can
+    recover it. So inputs whose estimate of :math:`k(\boldsymbol x, \boldsymbol x)`
+    underflows (below the dtype's smallest normal number, where the Gram matrix would
+    silently hold zeros) raise a :class:`ValueError` naming the input row and
+    :math:`\|\boldsymbol x / \boldsymbol\ell\|`: centre and scale the inputs, use a
+    longer lengthscale, or :class:`CoupledRFFKernel` (one value is read back from an
+    accelerator per evaluation).
     """
 
     feature_map_name = "rlf"
@@ -314,6 +388,21 @@ class CoupledRLFKernel(CoupledRandomFeatureKernel):
     @property
     def is_stationary(self) -> bool:
         return False
+
+    def _check_features(self, features: Tensor, x: Tensor, name: str) -> None:
+        # |phi(x)|^2 estimates k(x, x) = 1; where it underflows, every Gram entry of the row does.
+        diagonal = features.detach().square().sum(-1)
+        underflow = diagonal < torch.finfo(diagonal.dtype).tiny
+        if bool(underflow.any()):
+            position = tuple(int(i) for i in underflow.nonzero()[0])
+            norms = (x.detach() / self.lengthscale.detach()).norm(dim=-1).expand(diagonal.shape)
+            raise ValueError(
+                f"{name} row {position[-1] if len(position) == 1 else position}: the random Laplace features "
+                f"underflow to 0 at |x / lengthscale| = {float(norms[position]):.3g} (the estimate of "
+                f"k(x, x) = 1 is {float(diagonal[position]):.3g}), so the Gram matrix would hold zeros where "
+                "the Gaussian kernel is near 1: RLF estimates vanish far from the origin (their variance grows "
+                "like exp(|x + y|^2)); centre and scale the inputs, use a longer lengthscale, or use "
+                "CoupledRFFKernel")
 
 
 # --------------------------------------------------------------------------- coupling fitting
@@ -345,10 +434,10 @@ def gram_rmse(coupling: FrequencyCoupling | str, inputs: Tensor, num_features: i
     fmap = feature_map(feature_map_name)
     if exact is None:
         exact = gaussian_kernel(inputs)
-    noise = coupling.draw_noise(num_features, inputs.shape[-1],
-                                batch_shape=(check_positive_int("num_draws", num_draws),),
+    batch_shape = (check_positive_int("num_draws", num_draws),)
+    noise = coupling.draw_noise(num_features, inputs.shape[-1], batch_shape=batch_shape,
                                 seed=seed, dtype=inputs.dtype, device=inputs.device)
-    features = fmap(inputs, coupling(noise, num_features))
+    features = fmap(inputs, coupling(noise, num_features, dim=inputs.shape[-1], batch_shape=batch_shape))
     errors = features @ features.mT - exact
     return errors.square().mean(dim=(-2, -1)).sqrt()
 

@@ -39,7 +39,7 @@ from .sparse_products import sampled_dots, sparse_matmul, spmm
 __all__ = ["GRFGramLinearOperator"]
 
 #: Numbers in one densified block of feature rows in :func:`_dense_product` (bounds its memory).
-_DENSE_CHUNK_ENTRIES = 1 << 22
+_DENSE_CHUNK_ENTRIES = 1 << 23
 #: Numbers in the densified feature rows of :func:`_gram_columns` (room for the 15
 #: pivots of gpytorch's preconditioner on ~5 * 10^5 touched nodes).
 _DENSE_COLUMN_ENTRIES = 1 << 23
@@ -70,14 +70,31 @@ def _pair_dots(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOper
     return segment_sum(products.expand(*batch, products.shape[-1]), owner_l[match], num_pairs)
 
 
+def _densified(values: Tensor, pattern: CSRPattern) -> Tensor:
+    """Feature values on ``pattern`` as a dense matrix (the compact patterns of :meth:`CSRPattern.joint_compact`)."""
+    batch = values.shape[:-1]
+    flat = values.new_zeros(*batch, pattern.num_rows * pattern.num_columns)
+    flat = flat.scatter(-1, pattern.keys.expand(*batch, pattern.nnz), values)
+    return flat.reshape(*batch, *pattern.shape)
+
+
 def _dense_product(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOperator) -> Tensor:
     r"""Dense :math:`\Phi_A\Phi_B^\top` without densifying either feature matrix over all nodes.
 
-    The side with fewer rows is densified block by block over only the graph nodes its
-    features visit (a block holds at most about :data:`_DENSE_CHUNK_ENTRIES` numbers,
-    whatever :math:`N`), and the other side is multiplied into it as a sparse matrix
-    restricted to those nodes.
+    When both sides fit densely over the graph nodes their features visit (at most
+    :data:`_DENSE_CHUNK_ENTRIES` numbers), they are densified there and multiplied by one
+    dense matrix product (the training Gram of a few thousand nodes, whose Cholesky
+    factor follows). Otherwise the side with fewer rows is densified block by block over
+    only the nodes its features visit (a block holds at most about
+    :data:`_DENSE_CHUNK_ENTRIES` numbers, whatever :math:`N`), and the other side is
+    multiplied into it as a sparse matrix restricted to those nodes.
     """
+    left_compact, right_compact, union = left.pattern.joint_compact(right.pattern)
+    symmetric = left is right
+    if (left.size(-2) + (0 if symmetric else right.size(-2))) * union.numel() <= _DENSE_CHUNK_ENTRIES:
+        dense_left = _densified(left.values, left_compact)
+        dense_right = dense_left if symmetric else _densified(right.values, right_compact)
+        return dense_left @ dense_right.mT
     if left.size(-2) < right.size(-2):
         return _dense_product(right, left).mT
     num_dense = right.size(-2)

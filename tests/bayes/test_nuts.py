@@ -167,3 +167,58 @@ def test_load_samples_accepts_site_names_saved_before_the_kernel_family_rename(g
     load_samples(model, draws)
     gamma = model.covar_module.base_kernel.kernel_family.gamma
     assert gamma.shape[0] == 2 and torch.allclose(gamma, torch.full_like(gamma, 0.5))
+
+
+class _GammaWithoutExpand(gpytorch.priors.GammaPrior):
+    """A user's prior class that does not implement ``expand`` (torch's default raises NotImplementedError)."""
+
+    def expand(self, batch_shape, _instance=None):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+
+def test_a_prior_without_expand_is_a_type_error_naming_it(graph_model) -> None:
+    model = graph_model()
+    family = model.covar_module.base_kernel.kernel_family
+    family.register_prior("gamma_prior", _GammaWithoutExpand(3.0, 2.0), lambda module: module.gamma,
+                          lambda module, value: module._set_hyper("gamma", value))
+    with pytest.raises(TypeError, match=r"prior covar_module.base_kernel.kernel_family.gamma_prior "
+                                        r"\(_GammaWithoutExpand\) does not implement expand\(\)"):
+        run_nuts(model, **SHORT)
+
+
+@pytest.mark.parametrize("value, message", [
+    (float("nan"), "contain NaN or infinite values"),
+    (float("inf"), "contain NaN or infinite values"),
+    (-0.5, r"lie outside the support \[0, inf\] of its prior GammaPrior"),
+    (0.0, "lie outside its parameter's constraint Positive"),  # torch's Gamma support holds 0
+])
+def test_load_samples_refuses_draws_the_model_cannot_hold(graph_model, value: float, message: str) -> None:
+    model = graph_model()
+    sites = {site.name: site.shape for site in prior_sites(model)}
+    draws = {name: torch.full((3, *shape), 0.5, dtype=torch.float64) for name, shape in sites.items()}
+    bad = "covar_module.base_kernel.kernel_family.gamma_prior"
+    draws[bad][1] = value
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match=f"draws of {bad} {message}"):
+        load_samples(model, draws)
+    after = model.state_dict()
+    assert all(torch.equal(before[key], after[key]) for key in before if isinstance(before[key], torch.Tensor))
+
+
+def test_load_samples_refuses_draws_outside_a_bounded_prior(graph_model) -> None:
+    from gpytorch.constraints import Interval
+    from gpytorch.priors import UniformPrior
+
+    model = graph_model()
+    likelihood = model.likelihood
+    likelihood.noise_covar.register_constraint("raw_noise", Interval(0.01, 1.0))
+    likelihood.noise_covar.register_prior("noise_prior", UniformPrior(0.01, 1.0), lambda m: m.noise,
+                                          lambda m, v: m._set_noise(v))
+    sites = {site.name: site.shape for site in prior_sites(model)}
+    draws = {name: torch.full((2, *shape), 0.5, dtype=torch.float64) for name, shape in sites.items()}
+    draws["likelihood.noise_covar.noise_prior"][0] = 1.5
+    with pytest.raises(ValueError, match=r"draws of likelihood.noise_covar.noise_prior lie outside the support "
+                                         r"\[0.01, 1\] of its prior UniformPrior \(smallest 0.5, largest 1.5\)"):
+        load_samples(model, draws)
+    with pytest.raises(TypeError, match=r"must be a real tensor \(num_draws, \*shape\), got list"):
+        load_samples(model, {**draws, "likelihood.noise_covar.noise_prior": [[0.5], [0.5]]})

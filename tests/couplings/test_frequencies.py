@@ -359,3 +359,39 @@ def test_forward_rejects_too_few_stored_frequencies() -> None:
     noise = coupling.draw_noise(3, 3, seed=0)
     with pytest.raises(ValueError, match="redraw"):
         coupling(noise, 4)
+
+
+class _MapsNoise(FrequencyCoupling, register=False):
+    """A user's coupling whose deterministic map is ``transform(gaussian noise)``."""
+
+    name = "maps-noise"
+
+    def __init__(self, transform) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.transform = transform
+
+    def sample_noise(self, num_features, dim, batch_shape, rng):  # type: ignore[no-untyped-def]
+        return {"normals": rng.standard_normal((*batch_shape, num_features, dim))}
+
+    def noise_to_frequencies(self, noise):  # type: ignore[no-untyped-def]
+        return self.transform(noise["normals"])
+
+
+@pytest.mark.parametrize("transform, message", [
+    (lambda w: w * float("nan"), r"_MapsNoise.noise_to_frequencies returned NaN or infinite frequencies"),
+    (lambda w: w / 0.0, r"NaN or infinite"),
+    (lambda w: w[..., :1], r"returned frequencies of shape \(2, 4, 1\); expected \(2, M >= 4, 3\)"),
+    (lambda w: torch.cat([w, w, w]), r"returned frequencies of shape \(6, 4, 3\); expected \(2, M >= 4, 3\)"),
+    (lambda w: w.numpy(), r"returned ndarray; expected a floating-point tensor"),
+    (lambda w: w.long(), r"returned a tensor of dtype torch.int64"),
+])
+def test_user_couplings_returning_bad_frequencies_name_the_class(transform, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=message):
+        _MapsNoise(transform).sample(4, 3, batch_shape=(2,), seed=0)
+
+
+def test_kernels_check_user_couplings_too() -> None:
+    from gp_couple.kernels import CoupledRFFKernel
+
+    with pytest.raises(ValueError, match="_MapsNoise.noise_to_frequencies returned NaN"):
+        CoupledRFFKernel(4, 3, coupling=_MapsNoise(lambda w: w * float("nan")), seed=0)(torch.rand(5, 3)).to_dense()

@@ -270,3 +270,145 @@ def test_sigma_json_top_level_must_be_an_object(tmp_path, document) -> None:
 def test_sigma_constructor_rejects_non_integer_permutations_and_bad_metadata(kwargs, error, message) -> None:
     with pytest.raises(error, match=message):
         SigmaCoupling(**kwargs)
+
+
+# ------------------------------------------------------------ hostile sigma-coupling files
+def test_sigma_save_is_atomic(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "sigma.json"
+    random_sigma(5).save(path)
+    before = path.read_text()
+
+    def failing_fsync(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+    import gp_couple._files as files
+
+    monkeypatch.setattr(files.os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="No space left"):
+        random_sigma(7).save(path)
+    assert path.read_text() == before and [entry.name for entry in tmp_path.iterdir()] == ["sigma.json"]
+    assert SigmaCoupling.load(path) == random_sigma(5)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_sigma_file_in_another_encoding_names_the_file(tmp_path, encoding: str) -> None:
+    path = tmp_path / "sigma.json"
+    path.write_text(json.dumps(VALID_SIGMA), encoding=encoding)
+    with pytest.raises(ValueError, match=f"{path} is not UTF-8 text"):
+        SigmaCoupling.load(path)
+    path.write_text(json.dumps(VALID_SIGMA), encoding="utf-8-sig")  # a UTF-8 byte-order mark is fine
+    assert SigmaCoupling.load(path) == SigmaCoupling.from_dict(VALID_SIGMA)
+
+
+def _nested(levels: int) -> dict:
+    deep: dict = {}
+    inner = deep
+    for _ in range(levels):
+        inner["a"] = {}
+        inner = inner["a"]
+    return deep
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000,
+                                  json.dumps({**VALID_SIGMA, "metadata": None})[:-1] + ', "x": '
+                                  + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "}",
+                                  json.dumps({**VALID_SIGMA, "metadata": _nested(100)})])
+def test_deeply_nested_sigma_files_are_value_errors(tmp_path, text: str) -> None:
+    path = tmp_path / "sigma.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"{path}.*(nested|unknown field)"):
+        SigmaCoupling.load(path)
+
+
+def test_deeply_nested_descriptions_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="nested more than 64 levels"):
+        SigmaCoupling.from_dict({**VALID_SIGMA, "metadata": _nested(100_000)})
+    with pytest.raises(ValueError, match="nested more than 64 levels"):
+        coupling_from_dict({**VALID_SIGMA, "metadata": _nested(100_000)})
+    with pytest.raises(ValueError, match="metadata is nested more than 64 levels"):
+        SigmaCoupling([1, 0], metadata=_nested(100_000))
+
+
+@pytest.mark.parametrize("data, error, message", [
+    ({**VALID_SIGMA, "type": 5}, TypeError, "field 'type' must be the string 'sigma', got integer 5"),
+    ({**VALID_SIGMA, "type": ["sigma"]}, TypeError, "field 'type' must be the string 'sigma', got list"),
+    ({**VALID_SIGMA, "type": None}, TypeError, "field 'type' must be the string 'sigma', got null"),
+    ({**VALID_SIGMA, "fitted_on": "cora"}, ValueError, r"unknown field\(s\) \['fitted_on'\]"),
+])
+def test_sigma_fields_of_the_wrong_type_or_unknown_name_the_field(tmp_path, data, error, message) -> None:
+    with pytest.raises(error, match=message):
+        SigmaCoupling.from_dict(data)
+    path = tmp_path / "sigma.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(error, match=f"{path}: .*{message}"):
+        SigmaCoupling.load(path)
+
+
+@pytest.mark.parametrize("data, error, message", [
+    ({"type": 5}, TypeError, "walk-length coupling description's 'type' must be a string, got integer 5"),
+    ({"type": ["iid"]}, TypeError, "'type' must be a string, got list"),
+    ({"type": "iid", "seed": 3}, ValueError, r"walk-length coupling 'iid' description has unknown field\(s\) \['seed'\]"),
+    ({"type": "antithetic", "p": 0.5}, ValueError, r"unknown field\(s\) \['p'\]"),
+])
+def test_registry_descriptions_are_checked(data, error, message) -> None:
+    with pytest.raises(error, match=message):
+        coupling_from_dict(data)
+
+
+# ------------------------------------------------------------ users' couplings returning bad lengths
+class _Returning(PairedWalkLengthCoupling, register=False):
+    """A paired coupling returning whatever ``make(num_pairs)`` builds."""
+
+    name = "returning"
+
+    def __init__(self, make) -> None:  # type: ignore[no-untyped-def]
+        self.make = make
+
+    def sample_pairs(self, num_pairs, p_halt, rng):  # type: ignore[no-untyped-def]
+        return self.make(num_pairs)
+
+
+class _Lengths(WalkLengthCoupling, register=False):
+    """A coupling whose ``sample_lengths`` returns whatever ``make(rows, walkers)`` builds."""
+
+    name = "lengths"
+
+    def __init__(self, make) -> None:  # type: ignore[no-untyped-def]
+        self.make = make
+
+    def sample_lengths(self, num_starts, num_walkers, p_halt, seed=None):  # type: ignore[no-untyped-def]
+        return self.make(num_starts, num_walkers)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda n: (np.full(n, 1.5), np.zeros(n, int)), r"_Returning.sample_pairs returned non-integer lengths \(e.g. 1.5\)"),
+    (lambda n: (np.zeros(n - 1, int), np.zeros(n, int)), r"_Returning.sample_pairs returned 5 lengths .* expected 6"),
+    (lambda n: (np.zeros(n, int), np.full(n, np.nan)), r"_Returning.sample_pairs returned NaN"),
+    (lambda n: (np.zeros(n, int), -np.ones(n, int)), r"_Returning.sample_pairs returned a negative length"),
+    (lambda n: (np.array(["1"] * n), np.zeros(n, int)), r"_Returning.sample_pairs returned lengths of dtype <U1"),
+    (lambda n: np.zeros(n, int), r"_Returning.sample_pairs must return two arrays"),
+])
+def test_user_paired_couplings_returning_bad_lengths_name_the_class(make, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _Returning(make).sample_lengths(3, 4, 0.5, seed=0)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda r, m: np.full((r, m), 2.5), r"_Lengths.sample_lengths returned non-integer lengths"),
+    (lambda r, m: np.zeros((m, r), int), r"_Lengths.sample_lengths returned 36 lengths \(shape \(4, 9\)\); "
+                                         r"expected .* shape \(9, 4\)"),
+    (lambda r, m: np.zeros(r * m + 1, int), r"_Lengths.sample_lengths returned 37 lengths"),
+    (lambda r, m: [[1] * m] * r, None),
+    (lambda r, m: np.full((r, m), 2.0), None),  # integer-valued floats are exact
+])
+def test_the_sampler_checks_user_couplings(make, message) -> None:  # type: ignore[no-untyped-def]
+    from gp_couple.features.walks import sample_walk_lengths
+    from gp_couple.graphs import grid_graph
+
+    graph = grid_graph(3, 3)
+    if message is None:
+        _, lengths, _ = sample_walk_lengths(graph, 4, 0.5, _Lengths(make), seed=0, max_length=1)
+        assert lengths.dtype == np.int64 and lengths.max() == 1
+        return
+    with pytest.raises(ValueError, match=message):
+        sample_walk_lengths(graph, 4, 0.5, _Lengths(make), seed=0)

@@ -36,3 +36,9 @@ def corrupted_copy(data_dir: Path, tmp_path: Path) -> Callable[[str], Path]:
 def no_env_data(monkeypatch: pytest.MonkeyPatch) -> None:
     """Unset ``GP_COUPLE_DATA`` for the test."""
     monkeypatch.delenv("GP_COUPLE_DATA", raising=False)
+
+
+@pytest.fixture
+def memory_16_gib(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine with 16 GiB available, so that size refusals do not depend on this one."""
+    monkeypatch.setattr("gp_couple._checks.available_memory", lambda: 16 * 2 ** 30)

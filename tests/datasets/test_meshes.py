@@ -11,10 +11,10 @@ import trimesh
 from gp_couple.datasets import MESHES, default_mesh, load_mesh, mesh_from_trimesh, split_test_nodes
 from gp_couple.graphs import Graph
 
-# datasets/meshes.md: faces, face-adjacency pairs, components, largest component.
-# bunny's face_adjacency lists 17 face pairs twice (duplicated faces with opposite
-# orientation), so its graph has 24090 - 17 = 24073 edges.
-DUPLICATED_PAIRS = {"bunny": 17}
+# datasets/meshes.md: faces, graph edges, components, largest component. bunny's 87
+# duplicated faces are merged (16301 in the file); bunny (150) and cycloidal (242) have
+# non-manifold edges, which join all their faces, so their graphs have more edges than
+# trimesh's face_adjacency (24090 and 64568 pairs).
 README_MESHES = {
     "teapot": (894, 1309, 4, 398),
     "fuze": (1000, 1342, 8, 309),
@@ -24,8 +24,8 @@ README_MESHES = {
     "busted": (3878, 5817, 1, 3878),
     "fandisk": (5750, 8625, 1, 5750),
     "torus": (8700, 13050, 1, 8700),
-    "bunny": (16301, 24090, 94, 16133),
-    "cycloidal": (43368, 64568, 119, 5802),
+    "bunny": (16214, 24417, 1, 16214),
+    "cycloidal": (43368, 66020, 112, 5994),
 }
 
 
@@ -61,11 +61,114 @@ def test_mesh_from_trimesh_validates() -> None:
         mesh_from_trimesh(trimesh.Trimesh(vertices=np.zeros((0, 3)), faces=np.zeros((0, 3), int)), "e")
 
 
-def test_faces_sharing_several_edges_have_weight_one() -> None:
-    mesh = trimesh.Trimesh(vertices=[[0, 0, 0], [1, 0, 0], [0, 1, 0]],
-                           faces=[[0, 1, 2], [0, 2, 1]], process=False)
-    graph = mesh_from_trimesh(mesh, "double").graph
-    assert graph.num_edges == 1 and np.all(graph.weights == 1.0)
+def test_duplicate_faces_are_merged_with_a_warning() -> None:
+    # Face 12 repeats face 0 reversed: its edges would otherwise be shared by three faces.
+    box = trimesh.creation.box()
+    faces = np.vstack([box.faces, box.faces[:1, ::-1], box.faces[5:6]])
+    mesh = trimesh.Trimesh(box.vertices, faces, process=False)
+    with pytest.warns(UserWarning, match=r"mesh 'doubled': 2 faces repeat .* face 12 those of face 0"):
+        dataset = mesh_from_trimesh(mesh, "doubled")
+    assert dataset.num_nodes == 12 and dataset.graph.connected_components()[0] == 1
+    assert np.all(dataset.graph.degrees == 3) and np.all(dataset.graph.weights == 1.0)
+    np.testing.assert_array_equal(dataset.mesh.faces, box.faces)
+    np.testing.assert_array_equal(dataset.targets, box.face_normals[:, 2])
+    assert len(mesh.faces) == 14  # the input is not changed
+
+
+def test_non_manifold_edge_joins_all_its_faces() -> None:
+    # Three fins on the edge (0, 1) and a fourth face on the edge (1, 2) of the first.
+    vertices = [[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, -1, 0], [0, 0, 1], [1, 1, 0]]
+    mesh = trimesh.Trimesh(vertices, [[0, 1, 2], [1, 0, 3], [0, 1, 4], [1, 5, 2]], process=False)
+    graph = mesh_from_trimesh(mesh, "fins").graph
+    assert graph.num_nodes == 4 and len(graph.isolated_nodes) == 0
+    np.testing.assert_array_equal(graph.adjacency.toarray(),
+                                  [[0, 1, 1, 1], [1, 0, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]])
+
+
+@pytest.mark.parametrize("faces, message", [
+    ([[0, 1, 2], [0, 0, 3]], r"mesh 'bad': face 1 has vertices \[0, 0, 3\], repeating a vertex"),
+    ([[0, 1, 2], [0, 1, 4]], r"mesh 'bad': face 1 has zero area"),  # vertices 0, 1, 4 collinear
+])
+def test_degenerate_faces_are_refused(faces: list, message: str) -> None:
+    vertices = [[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, -1, 0], [2, 0, 0]]
+    mesh = trimesh.Trimesh(vertices, faces, process=False)
+    with pytest.raises(ValueError, match=message):
+        mesh_from_trimesh(mesh, "bad")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_vertices_are_refused(bad: float, tmp_path: Path) -> None:
+    box = trimesh.creation.box()
+    vertices = np.array(box.vertices)
+    vertices[5, 1] = bad
+    mesh = trimesh.Trimesh(vertices, box.faces, process=False)
+    with pytest.raises(ValueError, match=r"mesh 'box': vertex 5 has a NaN or infinite coordinate"):
+        mesh_from_trimesh(mesh, "box")
+    with pytest.raises(ValueError, match="vertex 5"):
+        Graph.from_trimesh(mesh)
+    # Read from a file, trimesh would drop the faces of vertex 5 and renumber the rest.
+    path = tmp_path / "box.obj"
+    lines = [f"v {x!r} {y!r} {z!r}" for x, y, z in vertices.tolist()]
+    lines += [f"f {a + 1} {b + 1} {c + 1}" for a, b, c in box.faces.tolist()]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"mesh file {path}: vertex 5 has a NaN or infinite"):
+        load_mesh(path)
+
+
+def test_truncated_stl_names_the_file(tmp_path: Path) -> None:
+    box = tmp_path / "box.stl"
+    trimesh.creation.box().export(box)
+    assert load_mesh(box).num_nodes == 12
+    content = box.read_bytes()
+    for size in (len(content) // 2, len(content) - 1, 40):
+        truncated = tmp_path / f"cut{size}.stl"
+        truncated.write_bytes(content[:size])
+        with pytest.raises(ValueError, match=rf"{truncated} is not a valid STL file") as info:
+            load_mesh(truncated)
+        assert "module" not in str(info.value) and "package" not in str(info.value)
+
+
+def test_truncated_ascii_ply_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "box.ply"
+    path.write_bytes(trimesh.exchange.ply.export_ply(trimesh.creation.box(), encoding="ascii"))
+    assert load_mesh(path).num_nodes == 12
+    content = path.read_bytes()
+    path.write_bytes(content[:len(content) - 20])  # trimesh would read the first 11 faces
+    with pytest.raises(ValueError, match=rf"{path} is truncated or corrupt: its header declares 8 vertices and "
+                                         "12 faces"):
+        load_mesh(path)
+
+
+@pytest.mark.parametrize("suffix, export", [
+    ("obj", lambda box: trimesh.exchange.obj.export_obj(box, include_normals=False, header=None)),
+    ("ply", lambda box: trimesh.exchange.ply.export_ply(box, encoding="ascii").decode()),
+    ("stl", trimesh.exchange.stl.export_stl_ascii),
+    ("off", trimesh.exchange.off.export_off),
+])
+def test_text_mesh_encodings(tmp_path: Path, suffix: str, export) -> None:  # type: ignore[no-untyped-def]
+    box = trimesh.creation.box()
+    plain, marked = tmp_path / f"plain.{suffix}", tmp_path / f"marked.{suffix}"
+    plain.write_text(export(box), encoding="utf-8")
+    marked.write_text(export(box), encoding="utf-8-sig")  # an OBJ would lose its first vertex
+    reference = load_mesh(plain)
+    dataset = load_mesh(marked)
+    assert dataset.graph == reference.graph and np.array_equal(dataset.mesh.vertices, reference.mesh.vertices)
+    marked.write_text(export(box), encoding="utf-16")
+    with pytest.raises(ValueError, match=rf"{marked} is UTF-16-LE text"):
+        load_mesh(marked)
+
+
+def test_ascii_stl_still_reads(tmp_path: Path) -> None:
+    path = tmp_path / "box.stl"
+    path.write_text(trimesh.exchange.stl.export_stl_ascii(trimesh.creation.box()))
+    assert load_mesh(path).num_nodes == 12
+
+
+def test_unreadable_binary_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "noise.ply"
+    path.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 9\n" + bytes(range(256)) * 3)
+    with pytest.raises(ValueError, match="noise.ply"):
+        load_mesh(path)
 
 
 def test_isolated_faces_are_nodes() -> None:
@@ -128,14 +231,14 @@ def test_unreadable_file(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ real data
+@pytest.mark.filterwarnings("ignore:.*faces repeat the vertices:UserWarning")  # bunny: tested below
 @pytest.mark.parametrize("name", list(README_MESHES))
 def test_readme_counts(data_dir: Path, name: str) -> None:
     faces, pairs, components, largest = README_MESHES[name]
     dataset = load_mesh(name, data_dir)
     assert dataset.name == name
-    assert dataset.num_nodes == faces == MESHES[name][1]
-    assert len(dataset.mesh.face_adjacency) == pairs
-    assert dataset.graph.num_edges == pairs - DUPLICATED_PAIRS.get(name, 0)
+    assert dataset.num_nodes == faces == MESHES[name][1] == len(dataset.mesh.faces)
+    assert dataset.graph.num_edges == pairs
     assert np.all(dataset.graph.weights == 1.0)
     count, labels = dataset.graph.connected_components()
     assert count == components and np.bincount(labels).max() == largest
@@ -168,3 +271,9 @@ def test_checksum_mismatch(corrupted_copy) -> None:
     copy_dir = corrupted_copy("meshes/sphere.ply")
     with pytest.raises(ValueError, match=r"checksum mismatch for meshes/sphere\.ply"):
         load_mesh("sphere", copy_dir)
+
+
+def test_bunny_duplicate_faces_are_merged_with_a_warning(data_dir: Path) -> None:
+    with pytest.warns(UserWarning, match=r"bunny\.ply: 87 faces repeat the vertices of an earlier face"):
+        dataset = load_mesh("bunny", data_dir)
+    assert dataset.num_nodes == 16214 and len(dataset.graph.isolated_nodes) == 0

@@ -130,3 +130,33 @@ def test_cards_list_every_checksum() -> None:
     for relative, digest in CHECKSUMS.items():
         card = REPO_ROOT / "datasets" / f"{relative.split('/')[0]}.md"
         assert f"| `{relative}` | `{digest}` |" in card.read_text(encoding="utf-8"), relative
+
+
+# ------------------------------------------------------------------ text files
+def test_read_text_drops_a_utf8_byte_order_mark(tmp_path: Path) -> None:
+    from gp_couple.datasets._paths import read_text
+
+    path = tmp_path / "a.csv"
+    path.write_bytes("\ufeffnode,label\r\n0,é\n".encode("utf-8"))
+    assert read_text(path) == "node,label\r\n0,é\n"
+    path.write_bytes("x\n".encode("utf-8-sig") * 2)  # only a leading mark is dropped
+    assert read_text(path) == "x\n\ufeffx\n"
+
+
+@pytest.mark.parametrize("content, message", [
+    ("a".encode("utf-16-le"), "line 1 contains a NUL byte"),
+    ("a".encode("utf-16-be"), "line 1 contains a NUL byte"),
+    ("a,b".encode("utf-16"), "is UTF-16-LE text"),
+    (b"\xfe\xff\x00a", "is UTF-16-BE text"),
+    ("a".encode("utf-32"), "is UTF-32-LE text"),
+    (b"\x00\x00\xfe\xff\x00\x00\x00a", "is UTF-32-BE text"),
+    (b"ok\nok\n\xff\xfe\n", r"is not UTF-8 text: line 3 has the byte 0xff \(invalid start byte\)"),
+    (b"ok\n\xc3", r"line 2 has the byte 0xc3 \(unexpected end of data\)"),
+])
+def test_read_text_refuses_other_encodings_naming_the_file(tmp_path: Path, content: bytes, message: str) -> None:
+    from gp_couple.datasets._paths import read_text
+
+    path = tmp_path / "data.csv"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=rf"^{path} .*{message}"):
+        read_text(path)

@@ -96,6 +96,39 @@ def test_unreadable_archive(tmp_path: Path) -> None:
         load_traffic(tmp_path, verify=False)
 
 
+def _damaged(arrays: dict[str, np.ndarray], directory: Path, damage) -> Path:  # type: ignore[no-untyped-def]
+    path = _write(directory, arrays) / TRAFFIC_FILE
+    path.write_bytes(damage(path.read_bytes()))
+    return directory
+
+
+def _flip_middle(content: bytes) -> bytes:
+    middle = len(content) // 2
+    return content[:middle] + bytes(b ^ 0xFF for b in content[middle:middle + 64]) + content[middle + 64:]
+
+
+@pytest.mark.parametrize("damage", [
+    lambda content: content[:len(content) // 2],   # truncated: zipfile.BadZipFile
+    lambda content: content[:-30],                  # truncated inside the directory
+    lambda content: content[:100],                  # only the first member's header
+    lambda content: b"",                            # empty
+    _flip_middle,                                   # corrupt: bad CRC or zlib error
+])
+def test_damaged_archive_is_a_value_error_naming_the_file(arrays: dict[str, np.ndarray], tmp_path: Path,
+                                                          damage) -> None:  # type: ignore[no-untyped-def]
+    directory = _damaged(arrays, tmp_path, damage)
+    with pytest.raises(ValueError, match=rf"pems_traffic.npz is invalid: {tmp_path / TRAFFIC_FILE} cannot be read"):
+        load_traffic(directory, verify=False)
+
+
+def test_single_array_file_is_a_value_error(tmp_path: Path) -> None:
+    (tmp_path / "traffic").mkdir()
+    with open(tmp_path / TRAFFIC_FILE, "wb") as handle:
+        np.save(handle, np.arange(3))
+    with pytest.raises(ValueError, match="holds a single ndarray, not named arrays"):
+        load_traffic(tmp_path, verify=False)
+
+
 # ------------------------------------------------------------------ no data needed
 def test_missing_file_named(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError) as info:

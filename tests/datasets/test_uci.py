@@ -75,3 +75,20 @@ def test_errors(tmp_path: Path, no_env_data: None) -> None:
         load_uci("kin8nm", tmp_path)
     with pytest.raises(FileNotFoundError, match=r"data_dir.*GP_COUPLE_DATA"):
         load_uci("kin8nm")
+
+
+def _write_yacht(directory: Path, content: bytes) -> Path:
+    (directory / "uci" / "yacht").mkdir(parents=True, exist_ok=True)
+    (directory / "uci" / "yacht" / "yacht.csv").write_bytes(content)
+    return directory
+
+
+def test_byte_order_mark_and_encodings(tmp_path: Path) -> None:
+    rows = "".join(f"{i},1,2,3,4,5,{i / 10}\n" for i in range(308))
+    text = "a,b,c,d,e,f,y\n" + rows
+    X, y = load_uci("yacht", _write_yacht(tmp_path, text.encode("utf-8-sig")), verify=False)
+    assert X.shape == (308, 6) and X[0, 0] == 0 and y[-1] == pytest.approx(30.7)
+    with pytest.raises(ValueError, match=r"yacht\.csv is UTF-16-LE text"):
+        load_uci("yacht", _write_yacht(tmp_path, text.encode("utf-16")), verify=False)
+    with pytest.raises(ValueError, match=r"yacht\.csv is not UTF-8 text: line 1"):
+        load_uci("yacht", _write_yacht(tmp_path, b"\xe9" + text.encode()), verify=False)

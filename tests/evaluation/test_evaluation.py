@@ -109,3 +109,43 @@ def test_sparse_estimates_are_not_densified_and_agree() -> None:
         relative_frobenius_error(exact, estimate.toarray()), rel=1e-12)
     with pytest.raises(ValueError, match="shapes"):
         relative_frobenius_error(exact, sp.eye(3))
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: rmse([1.0, NAN], [1.0, 2.0]), "prediction"),
+    (lambda: rmse(torch.tensor([1.0, 2.0]), [1.0, float("inf")]), "target"),
+    (lambda: nlpd([NAN], [1.0], [0.0]), "mean"),
+    (lambda: nlpd([0.0], [NAN], [0.0]), "variance"),
+    (lambda: nlpd([0.0], [1.0], [NAN]), "target"),
+    (lambda: relative_frobenius_error(np.eye(2), np.array([[1.0, NAN], [0.0, 1.0]])), "estimate"),
+    (lambda: relative_frobenius_error(np.array([[NAN, 0.0], [0.0, 1.0]]), np.eye(2)), "exact"),
+    (lambda: relative_frobenius_error(np.eye(2), sp.csr_matrix(np.array([[1.0, NAN], [0.0, 1.0]]))), "estimate"),
+    (lambda: relative_frobenius_error(np.eye(2), np.eye(2) * NAN, nodes=[0, 1]), "estimate"),
+    (lambda: gaussian_kl([NAN], [[1.0]], [0.0], [[1.0]]), "mean_p"),
+    (lambda: gaussian_kl([0.0], [[1.0]], [0.0], [[NAN]]), "cov_q"),
+    (lambda: gp_posterior(np.eye(3) * NAN, [0], [1], [1.0], 0.1), "gram"),
+    (lambda: gp_posterior_from_blocks(np.eye(1), [[NAN]], np.eye(1), [1.0], 0.1), "test_train"),
+])
+def test_nan_inputs_raise_naming_the_argument(call, name: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=f"{name} contains .*NaN or infinite"):
+        call()
+
+
+@pytest.mark.parametrize("variance", [[1.0, 0.0], [1.0, -0.5]])
+def test_nlpd_refuses_non_positive_variances(variance: list[float]) -> None:
+    with pytest.raises(ValueError, match=f"variance must be positive .* got {variance[1]:g} at index 1"):
+        nlpd([0.0, 0.0], variance, [0.0, 0.0])
+
+
+def test_low_rank_posterior_refuses_nan_features() -> None:
+    from gp_couple.evaluation import low_rank_posterior
+
+    train, test = torch.ones(3, 2), torch.ones(2, 2)
+    train[1, 0] = NAN
+    with pytest.raises(ValueError, match="train_features contains NaN"):
+        low_rank_posterior(train, test, [1.0, 2.0, 3.0], 0.1)
+    with pytest.raises(ValueError, match="train_targets contains"):
+        low_rank_posterior(torch.ones(3, 2), test, [1.0, NAN, 3.0], 0.1)

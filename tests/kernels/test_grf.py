@@ -68,8 +68,8 @@ def test_kernel_matches_feature_products():
 
 
 def test_same_seed_gives_identical_kernels_and_default_matches_features():
-    first = GRFKernel(GRID, num_walkers=6, p_halt=0.3, seed=11)
-    second = GRFKernel(GRID, num_walkers=6, p_halt=0.3, seed=11)
+    first = GRFKernel(GRID, num_walkers=6, p_halt=0.3, seed=11, coupling="iid", directions="independent")
+    second = GRFKernel(GRID, num_walkers=6, p_halt=0.3, seed=11, coupling="iid", directions="independent")
     for name, buffer in first.named_buffers():
         assert torch.equal(buffer, dict(second.named_buffers())[name]), name
     reference = GraphRandomFeatures.sample(GRID, 6, 0.3, "iid", seed=11)
@@ -108,7 +108,8 @@ def test_mean_over_seeds_matches_exact_kernel_off_diagonal(coupling):
 def test_nodes_subset_samples_only_requested_rows():
     nodes = [12, 3, 17]
     kernel = GRFKernel(GRID, num_walkers=8, seed=2, nodes=nodes).double()
-    reference = GraphRandomFeatures.sample(GRID, 8, 0.5, "iid", seed=2, start_nodes=nodes)
+    reference = GraphRandomFeatures.sample(GRID, 8, 0.1, "antithetic", seed=2, start_nodes=nodes,
+                                           directions="repelling")
     phi = dense_features(reference, 1.0)
     x = torch.tensor([[17.0], [12.0]], dtype=torch.float64)
     torch.testing.assert_close(kernel(x).to_dense(), phi[[2, 0]] @ phi[[2, 0]].T)
@@ -121,7 +122,7 @@ def test_nodes_subset_samples_only_requested_rows():
 
 
 def test_failed_resample_leaves_the_kernel_unchanged():
-    kernel = GRFKernel(GRID, num_walkers=4, seed=0)
+    kernel = GRFKernel(GRID, num_walkers=4, seed=0, coupling="iid")
     before = {name: buffer.clone() for name, buffer in kernel.named_buffers()}
     with pytest.raises(ValueError, match="even"):
         kernel.resample(seed=1, num_walkers=3, coupling="antithetic")
@@ -242,7 +243,7 @@ def _train_and_predict(max_cholesky_size: int):
         torch.manual_seed(0)
         history = fit_gp(model, model.likelihood, iterations=25, lr=0.1)
         mean, variance = predict(model, model.likelihood, test)
-        fast_mean, fast_variance = predict(model, model.likelihood, test, fast=True)
+        fast_mean, fast_variance = predict(model, model.likelihood, test)
     return model, history, mean, variance, fast_mean, fast_variance
 
 
@@ -287,7 +288,7 @@ def test_cg_training_never_densifies(monkeypatch):
             gpytorch.settings.max_preconditioner_size(5), gpytorch.settings.cg_tolerance(0.01), \
             gpytorch.settings.max_eager_kernel_size(0):
         history = fit_gp(model, model.likelihood, iterations=15, lr=0.1)
-        mean, variance = predict(model, model.likelihood, [30, 31, 32], fast=True)
+        mean, variance = predict(model, model.likelihood, [30, 31, 32], variance="lanczos")
     assert not calls
     assert entry_reads, "the pivoted-Cholesky preconditioner was not exercised"
     assert history[-1] < history[0]
@@ -373,7 +374,8 @@ def test_state_dict_round_trip_keeps_proposal_and_directions():
     graph = _weighted_grid()
     kernel = GRFKernel(graph, num_walkers=6, p_halt=0.3, seed=4, proposal="uniform", directions="repelling")
     kernel.resample(seed=5, proposal="weighted")
-    expected = GraphRandomFeatures.sample(graph, 6, 0.3, seed=5, proposal="weighted", directions="repelling",
+    expected = GraphRandomFeatures.sample(graph, 6, 0.3, "antithetic", seed=5, proposal="weighted",
+                                          directions="repelling",
                                           dtype=kernel.features.dtype)
     assert all(torch.equal(a, b) for a, b in zip(kernel.features.tensors().values(),
                                                  expected.tensors().values()))

@@ -335,3 +335,47 @@ def test_rejects_unknown_coupling_and_last_dim_is_batch() -> None:
     kernel = CoupledRFFKernel(num_features=3, num_dims=2, coupling=IIDFrequencyCoupling())
     with pytest.raises(ValueError, match="last_dim_is_batch"):
         kernel.forward(torch.randn(4, 2), torch.randn(4, 2), last_dim_is_batch=True)
+
+
+# --------------------------------------------------------------------------- the public edge
+
+
+def test_rlf_underflow_far_from_the_origin_raises() -> None:
+    kernel = CoupledRLFKernel(num_features=16, num_dims=3, seed=0).double()
+    far = 100 * torch.ones(2, 3, dtype=torch.float64)
+    for call in (lambda: kernel(far).to_dense(), lambda: kernel.features(far),
+                 lambda: kernel(torch.zeros(4, 3, dtype=torch.float64), far).to_dense()):
+        with pytest.raises(ValueError, match=r"row 0: the random Laplace features underflow to 0 at "
+                                             r"\|x / lengthscale\| = 250"):
+            call()
+    near = 0.2 * torch.ones(2, 3, dtype=torch.float64)
+    assert torch.all(torch.isfinite(kernel(near).to_dense())) and torch.all(kernel(near).to_dense() > 0)
+
+
+@pytest.mark.parametrize("kernel_class", [CoupledRFFKernel, CoupledRLFKernel])
+def test_active_dims_out_of_range_or_invalid(kernel_class) -> None:  # type: ignore[no-untyped-def]
+    kernel = kernel_class(num_features=4, active_dims=[0, 5], seed=0)
+    message = r"has 4 input dimensions but active_dims=\[0, 5\] selects dimension 5"
+    with pytest.raises(ValueError, match=f"x1 {message}"):
+        kernel(torch.rand(3, 4)).to_dense()
+    with pytest.raises(ValueError, match=f"x2 {message}"):
+        kernel(torch.rand(3, 6), torch.rand(2, 4)).to_dense()
+    with pytest.raises(ValueError, match=f"x {message}"):
+        kernel.features(torch.rand(3, 4))
+    assert kernel(torch.rand(3, 6)).to_dense().shape == (3, 3)
+    for bad, error in (([-1], ValueError), ([1, 1], ValueError), ([0.5], TypeError)):
+        with pytest.raises(error, match="active_dims"):
+            kernel_class(num_features=4, active_dims=bad)
+
+
+def test_batch_shapes_that_do_not_match_the_kernel() -> None:
+    kernel = CoupledRFFKernel(num_features=4, num_dims=2, batch_shape=torch.Size([2]), seed=0)
+    with pytest.raises(ValueError, match=r"input batch shapes \(x1 \(3,\), x2 \(3,\)\) do not broadcast with the "
+                                         r"kernel's batch_shape \(2,\)"):
+        kernel(torch.rand(3, 5, 2)).to_dense()
+    with pytest.raises(ValueError, match=r"x1 \(2,\), x2 \(3,\)"):
+        kernel(torch.rand(2, 5, 2), torch.rand(3, 4, 2)).to_dense()
+    with pytest.raises(ValueError, match=r"input batch shapes \(x \(3,\)\)"):
+        kernel.features(torch.rand(3, 5, 2))
+    assert kernel(torch.rand(5, 2)).to_dense().shape == (2, 5, 5)
+    assert kernel(torch.rand(2, 5, 2)).to_dense().shape == (2, 5, 5)

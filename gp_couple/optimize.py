@@ -1,0 +1,291 @@
+r"""The one training loop: Adam or L-BFGS on a scalar objective, with a stated stopping rule.
+
+Every fitter of gp_couple minimises through :func:`minimize`: the GP marginal likelihood
+(:func:`gp_couple.models.fit_gp`, hence :func:`gp_couple.recipes.fit_grf_gp`), the
+variational ELBO, the learnable frequency couplings (:func:`gp_couple.kernels.random_features.fit_coupling`)
+and the exact-GP baselines of the experiments.
+
+Optimisers (``optimizer=``):
+
+* ``"adam"``: Adam with learning rate ``lr`` (the paper's optimiser, Appendix F.2
+  "Scalable GPs on graphs", paragraph "Training GRF-GPs: technical details"
+  [app:grf_gp_details]); suits stochastic objectives (CG/Lanczos losses with fresh probe
+  vectors).
+* ``"lbfgs"``: SciPy's L-BFGS-B on the flattened parameters, within box bounds (gpytorch's
+  raw, inverse-softplus parameters: a line search cannot step to a vanishing noise or
+  lengthscale). It needs a deterministic objective: every evaluation runs under the same
+  seed (:func:`gp_couple._random.seeded_torch_rng`), so CG/Lanczos objectives use the same
+  probe vectors each time, and Cholesky ones are exact.
+
+The stopping rule (:class:`Convergence`) is stated in terms of the loss and the
+parameters: training has converged when the loss changed by at most ``loss_tolerance``
+(relative to :math:`\max(1, |\text{loss}|)`) and no parameter moved by more than
+``parameter_tolerance`` — between consecutive L-BFGS iterations, or between the means of
+two consecutive windows of ``window`` Adam steps (whose losses are noisy). L-BFGS also
+stops when SciPy's own tests (projected gradient, relative reduction) are met.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ._random import SeedLike, draw_seed, seeded_torch_rng
+from .progress import progress
+
+__all__ = ["Convergence", "OPTIMIZERS", "TrainingHistory", "TrainingWarning", "check_schedule", "check_training",
+           "minimize"]
+
+#: The optimisers :func:`minimize` knows.
+OPTIMIZERS = ("adam", "lbfgs")
+#: Box on every parameter entry for L-BFGS-B: gpytorch's raw parameters from
+#: softplus(-15) = 3e-7 (noise keeps gpytorch's floor of 1e-4 above it) to 1e4.
+LBFGS_BOUNDS = (-15.0, 1e4)
+#: A run is reported when its last loss exceeds its first by this fraction of max(1, |first|)
+#: (plus three standard deviations of the step-to-step noise of stochastic losses).
+_DIVERGENCE_TOLERANCE = 0.01
+
+
+class TrainingWarning(RuntimeWarning):
+    """Training ended worse than it started, its loss never moved, or it did not converge."""
+
+
+@dataclass(frozen=True)
+class Convergence:
+    r"""When training stops before its iteration budget.
+
+    :ivar loss_tolerance: Largest change of the loss, relative to
+        :math:`\max(1, |\text{loss}|)`, that counts as converged.
+    :ivar parameter_tolerance: Largest change of any parameter entry that counts as converged.
+    :ivar window: Adam steps per window (the means of two consecutive windows are compared).
+    """
+
+    loss_tolerance: float = 1e-5
+    parameter_tolerance: float = 1e-3
+    window: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("loss_tolerance", "parameter_tolerance"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive finite float, got {value!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window must be a positive int, got {self.window!r}")
+
+    def reached(self, loss_change: float, loss: float, parameter_change: float) -> bool:
+        """Whether a loss change and a parameter change are within the tolerances."""
+        return (abs(loss_change) <= self.loss_tolerance * max(1.0, abs(loss))
+                and parameter_change <= self.parameter_tolerance)
+
+
+class TrainingHistory(list):
+    """The loss before each step (a list of floats), and how training ended.
+
+    :ivar converged: Whether the :class:`Convergence` rule (or L-BFGS's own tests) stopped it.
+    :ivar reason: Why it stopped: ``"converged"``, ``"iterations"`` (budget spent),
+        ``"callback"`` or L-BFGS's message.
+    :ivar evaluations: Objective evaluations (L-BFGS line searches evaluate more than once per iteration).
+    """
+
+    converged: bool = False
+    reason: str = "iterations"
+    evaluations: int = 0
+
+
+def check_schedule(iterations: Any, lr: Any) -> None:
+    """Validate a schedule: ``iterations`` a non-negative int, ``lr`` a positive finite float.
+
+    :raises ValueError: Naming the argument.
+    """
+    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 0:
+        raise ValueError(f"iterations must be a non-negative int, got {iterations!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be a positive float, got {lr!r}")
+
+
+def _loss_summary(history: list[float]) -> str:
+    best = int(np.argmin(history))
+    return (f"loss {history[0]:.6g} at step 0, best {history[best]:.6g} at step {best}, "
+            f"last {history[-1]:.6g} at step {len(history) - 1}")
+
+
+def check_training(history: list[float], lr: float) -> None:
+    r"""Warn (:class:`TrainingWarning`) when a loss history shows diverged or stalled training.
+
+    Diverged: the last loss exceeds the first by more than 1 % of
+    :math:`\max(1, |\text{first}|)` plus three standard deviations of the loss noise
+    (estimated from the differences of the last ten losses, which are random under
+    CG/Lanczos). Stalled: the loss did not change at all over two or more steps (e.g.
+    after a step so large that every gradient vanished).
+
+    :param history: Losses, one per step.
+    :param lr: The learning rate used (named in the message).
+    """
+    if len(history) < 2:
+        return
+    values = np.asarray(history, dtype=np.float64)
+    first, last = values[0], values[-1]
+    tail = np.diff(values[-10:])
+    noise = float(np.std(tail) / math.sqrt(2)) if tail.size > 1 else 0.0
+    if last > first + _DIVERGENCE_TOLERANCE * max(1.0, abs(first)) + 3 * noise:
+        warnings.warn(f"training diverged: {_loss_summary(history)}; the model keeps its last "
+                      f"parameters. Try a smaller lr than {lr:g}", TrainingWarning, stacklevel=3)
+    elif np.ptp(values) == 0:
+        warnings.warn(f"training stalled: the loss stayed at {first:.6g} for {len(history)} steps "
+                      f"(zero gradients?); check lr={lr:g} and which parameters require grad",
+                      TrainingWarning, stacklevel=3)
+
+
+def _flat(parameters: list[torch.nn.Parameter]) -> Tensor:
+    return torch.cat([parameter.detach().reshape(-1).double().cpu() for parameter in parameters])
+
+
+def _adam(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter], iterations: int, lr: float,
+          convergence: Convergence | None, callback: Callable[[int, float], bool | None] | None,
+          history: TrainingHistory, description: str) -> None:
+    optimizer = torch.optim.Adam(parameters, lr=float(lr))
+    snapshots: list[Tensor] = []
+    for step in progress(range(int(iterations)), description=description, unit="step"):
+        optimizer.zero_grad()
+        loss = objective()
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise FloatingPointError(f"the training loss became {value} at step {step}")
+        loss.backward()
+        optimizer.step()
+        history.append(value)
+        history.evaluations += 1
+        if callback is not None and callback(step, value) is True:
+            history.reason = "callback"
+            return
+        if convergence is None:
+            continue
+        window = convergence.window
+        if (step + 1) % window == 0:
+            snapshots.append(_flat(parameters))
+            if len(snapshots) >= 2 and len(history) >= 2 * window:
+                current = float(np.mean(history[-window:]))
+                change = current - float(np.mean(history[-2 * window:-window]))
+                moved = float((snapshots[-1] - snapshots[-2]).abs().max()) if snapshots[-1].numel() else 0.0
+                if convergence.reached(change, current, moved):
+                    history.converged, history.reason = True, "converged"
+                    return
+
+
+def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter], iterations: int,
+           convergence: Convergence, callback: Callable[[int, float], bool | None] | None,
+           history: TrainingHistory, seed: int) -> None:
+    from scipy import optimize
+
+    sizes = [parameter.numel() for parameter in parameters]
+    splits = np.cumsum(sizes)[:-1]
+
+    def assign(vector: np.ndarray) -> None:
+        with torch.no_grad():
+            for parameter, chunk in zip(parameters, np.split(vector, splits)):
+                parameter.copy_(torch.as_tensor(chunk, dtype=parameter.dtype).view_as(parameter))
+
+    evaluated: dict[str, Any] = {}
+
+    def value_and_gradient(vector: np.ndarray) -> tuple[float, np.ndarray]:
+        assign(vector)
+        for parameter in parameters:
+            parameter.grad = None
+        with seeded_torch_rng(seed):    # the same probes at every evaluation: a deterministic objective
+            loss = objective()
+            value = float(loss.detach())
+            history.evaluations += 1
+            if not math.isfinite(value):
+                # A line search may probe a point where the model breaks down: refuse it.
+                return math.inf, np.zeros(vector.size)
+            loss.backward()
+        gradient = torch.cat([(parameter.grad if parameter.grad is not None else torch.zeros_like(parameter))
+                              .reshape(-1) for parameter in parameters])
+        evaluated["value"] = value
+        return value, gradient.detach().double().cpu().numpy()
+
+    start = _flat(parameters).numpy()
+    value_and_gradient(start)
+    history.append(evaluated["value"])
+    previous = {"x": start, "value": evaluated["value"]}
+
+    def after_iteration(intermediate_result: optimize.OptimizeResult) -> None:
+        value = float(intermediate_result.fun)
+        step = len(history) - 1
+        history.append(value)
+        moved = float(np.abs(intermediate_result.x - previous["x"]).max()) if start.size else 0.0
+        change = value - previous["value"]
+        previous.update(x=intermediate_result.x.copy(), value=value)
+        if callback is not None and callback(step, value) is True:
+            history.reason = "callback"
+            raise StopIteration
+        if convergence.reached(change, value, moved):
+            history.converged, history.reason = True, "converged"
+            raise StopIteration
+
+    result = optimize.minimize(value_and_gradient, start, jac=True, method="L-BFGS-B",
+                               bounds=[LBFGS_BOUNDS] * start.size, callback=after_iteration,
+                               options={"maxiter": int(iterations), "ftol": convergence.loss_tolerance * 1e-2,
+                                        "gtol": 1e-8})
+    assign(result.x)
+    if history.reason == "iterations" and result.status == 0:
+        history.converged, history.reason = True, str(result.message)
+    elif history.reason == "iterations" and result.status not in (0, 1) and int(result.nit) < iterations:
+        history.reason = str(result.message)
+
+
+def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Parameter], *, iterations: int,
+             lr: float = 0.01, optimizer: str = "adam", convergence: Convergence | None = None,
+             seed: SeedLike = None, callback: Callable[[int, float], bool | None] | None = None,
+             description: str = "training", warn: bool = True) -> TrainingHistory:
+    """Minimise ``objective()`` over ``parameters``: the training loop of every fitter.
+
+    :param objective: Returns the loss (a scalar tensor) of the current parameters.
+    :param parameters: The parameters to train, by name (names appear in errors).
+    :param iterations: Most Adam steps or L-BFGS iterations.
+    :param lr: Adam learning rate (L-BFGS takes the steps its line search finds).
+    :param optimizer: ``"adam"`` or ``"lbfgs"`` (see the module docstring).
+    :param convergence: The stopping rule; ``None`` runs all Adam ``iterations``
+        (L-BFGS always uses one: the default :class:`Convergence`).
+    :param seed: Seeds torch's global generator inside the loop (restored afterwards);
+        L-BFGS evaluates every point under the same seed.
+    :param callback: Called as ``callback(step, loss)``; returning ``True`` stops early.
+    :param description: Progress-bar label.
+    :param warn: Warn (:class:`TrainingWarning`) about diverged, stalled or unconverged
+        training.
+    :return: The loss before each step, with how training ended (:class:`TrainingHistory`).
+    :raises ValueError: For an unknown optimiser or a bad schedule.
+    :raises FloatingPointError: If the loss (Adam) or a parameter becomes NaN or infinite.
+    """
+    check_schedule(iterations, lr)
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
+    if convergence is not None and not isinstance(convergence, Convergence):
+        raise TypeError(f"convergence must be a gp_couple.optimize.Convergence or None, got "
+                        f"{type(convergence).__name__}")
+    trainable = [parameter for parameter in parameters.values() if parameter.requires_grad]
+    history = TrainingHistory()
+    if optimizer == "lbfgs":
+        if iterations > 0:
+            _lbfgs(objective, trainable, int(iterations), convergence or Convergence(), callback, history,
+                   draw_seed(seed))
+    else:
+        with seeded_torch_rng(seed):
+            _adam(objective, trainable, int(iterations), lr, convergence, callback, history, description)
+    for name, parameter in parameters.items():
+        if not bool(torch.isfinite(parameter).all()):
+            raise FloatingPointError(f"parameter {name} became NaN or infinite during training "
+                                     f"({_loss_summary(history)}); try a smaller lr than {lr:g}")
+    if warn:
+        check_training(history, float(lr))
+        if (convergence is not None or optimizer == "lbfgs") and not history.converged \
+                and history.reason == "iterations" and len(history) > 1:
+            warnings.warn(f"training did not converge in {iterations} {optimizer} iterations "
+                          f"({_loss_summary(history)}); raise iterations", TrainingWarning, stacklevel=2)
+    return history

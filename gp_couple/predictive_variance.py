@@ -1,0 +1,212 @@
+r"""Posterior variances of exact GPs, to a stated accuracy, with an error estimate.
+
+The latent posterior variance at a test input :math:`x_*` is
+
+.. math::
+
+    \sigma^2_*(x_*) = k(x_*, x_*) - \mathbf k_*^\top \mathbf A^{-1} \mathbf k_*, \qquad
+    \mathbf A = \mathbf K_{XX} + \sigma_n^2 \mathbf I ,\quad \mathbf k_* = \mathbf K_{X x_*},
+
+the quantity behind every NLPD and KL of the paper's GP experiments (Appendix F.2
+"Scalable GPs on graphs" [app:grf_gp_details]). gpytorch's ``fast_pred_var`` replaces
+:math:`\mathbf A^{-1}` by a Lanczos approximation of fixed rank; once the number of
+eigenvalues of :math:`\mathbf K_{XX}` above the noise exceeds that rank, the correction
+term is too small and the variances are too large, by a factor that grows with the
+training set. This module chooses the method by size and stops on an error estimate:
+
+* ``"dense"``: :math:`\mathbf A` is formed and factorised by Cholesky in float64. Exact
+  (to rounding); used up to :data:`DENSE_VARIANCE_SIZE` training points.
+* ``"lanczos"``: a block Krylov subspace :math:`\mathcal Q_r` of :math:`\mathbf A`
+  (random start block, full reorthogonalisation in float64) and the Galerkin
+  approximation :math:`\mathbf A^{-1} \approx \mathbf Q_r (\mathbf Q_r^\top \mathbf A
+  \mathbf Q_r)^{-1} \mathbf Q_r^\top`. For nested subspaces the correction term
+  :math:`\mathbf k_*^\top \mathbf Q_r (\mathbf Q_r^\top\mathbf A\mathbf Q_r)^{-1}
+  \mathbf Q_r^\top \mathbf k_*` increases monotonically to the exact one (it is the
+  maximum of :math:`2\mathbf v^\top\mathbf k_* - \mathbf v^\top\mathbf A\mathbf v` over
+  :math:`\mathbf v \in \mathcal Q_r`), so the variances decrease monotonically to the
+  exact ones. The rank grows by half until an error bound on a random subset of test
+  points is below ``tolerance``: for the Galerkin solution :math:`\mathbf z =
+  \mathbf Q_r \mathbf T_r^{-1}\mathbf Q_r^\top\mathbf k_*` with residual
+  :math:`\mathbf r = \mathbf k_* - \mathbf A\mathbf z`, the error of the correction
+  term is :math:`\mathbf r^\top\mathbf A^{-1}\mathbf r \le \|\mathbf r\|^2 /
+  \sigma_n^2`, since every eigenvalue of :math:`\mathbf A` is at least the noise
+  variance. The largest such bound relative to the variance it corrects is the reported
+  error estimate (a bound for the probed points, an estimate for the others).
+  last step). The products with :math:`\mathbf A` and :math:`\mathbf K_{*X}` are the
+  operators' own (sparse for GRF kernels, matrix-free for Chebyshev kernels), one block
+  of columns at a time.
+
+Both work on batched operators (hyperparameter batches, e.g. NUTS samples) one batch
+entry at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from linear_operator import to_linear_operator
+from linear_operator.operators import LinearOperator
+from torch import Tensor
+
+__all__ = ["DENSE_VARIANCE_SIZE", "VARIANCE_METHODS", "VarianceEstimate", "posterior_variance"]
+
+#: Largest training set whose variances are computed by dense float64 Cholesky under ``"auto"``.
+DENSE_VARIANCE_SIZE = 4096
+#: The variance methods :func:`posterior_variance` accepts.
+VARIANCE_METHODS = ("auto", "dense", "lanczos")
+#: Columns of the Krylov block (products are done a block at a time).
+_BLOCK = 64
+#: Rank of the first convergence check; it grows by :data:`_GROWTH` after each.
+_FIRST_CHECK = 256
+#: Test points whose error bound is computed exactly at every check.
+_PROBES = 64
+#: Factor by which the rank grows between checks.
+_GROWTH = 1.5
+#: Test points whose cross-covariance rows are read at once (bounds the memory).
+_TEST_CHUNK = 2048
+
+
+@dataclass(frozen=True)
+class VarianceEstimate:
+    """How predictive variances were computed, and how accurate they are estimated to be.
+
+    :ivar method: ``"dense"`` (float64 Cholesky) or ``"lanczos"`` (block Krylov subspace).
+    :ivar rank: Dimension of the Krylov subspace (the training-set size for ``"dense"``).
+    :ivar relative_error: Estimated largest relative error of any variance (0 for
+        ``"dense"``; for ``"lanczos"`` the largest residual bound on the probed test
+        points; the variances are too large, never too small).
+    :ivar converged: Whether ``relative_error`` reached the requested tolerance (the
+        subspace grows until it does, up to the whole space).
+    """
+
+    method: str
+    rank: int
+    relative_error: float
+    converged: bool
+
+
+def _dense_variance(train_covariance: LinearOperator, cross: LinearOperator, prior_diagonal: Tensor) -> Tensor:
+    """Exact variances by a float64 Cholesky factor of the (unbatched) training covariance."""
+    factor = torch.linalg.cholesky(train_covariance.to_dense().double())
+    variance = prior_diagonal.double().clone()
+    for start in range(0, cross.shape[-2], _TEST_CHUNK):
+        rows = cross[start:start + _TEST_CHUNK, :].to_dense().double()
+        solved = torch.linalg.solve_triangular(factor, rows.mT, upper=False)
+        variance[start:start + _TEST_CHUNK] -= solved.square().sum(0)
+    return variance
+
+
+def _orthonormal(block: Tensor, basis: list[Tensor]) -> Tensor:
+    """``block`` orthogonalised against ``basis`` (twice: classical Gram-Schmidt is stable so) and orthonormalised."""
+    for _ in range(2):
+        for previous in basis:
+            block = block - previous @ (previous.mT @ block)
+    q, r = torch.linalg.qr(block)
+    # Directions the basis already spans (numerically) are dropped.
+    keep = r.diagonal().abs() > 1e-10 * max(1.0, float(r.diagonal().abs().max()))
+    return q[:, keep]
+
+
+def _lanczos_variance(train_covariance: LinearOperator, cross: LinearOperator, prior_diagonal: Tensor,
+                      noise_floor: float, tolerance: float, generator: torch.Generator) -> tuple[Tensor, VarianceEstimate]:
+    """Variances from a growing block Krylov subspace of the (unbatched) training covariance."""
+    size = train_covariance.shape[-1]
+    dtype = train_covariance.dtype
+    device = train_covariance.device
+    probes = torch.randperm(cross.shape[-2], generator=generator)[:_PROBES].to(device)
+    selector = torch.zeros(cross.shape[-2], probes.numel(), dtype=dtype, device=device)
+    selector[probes, torch.arange(probes.numel(), device=device)] = 1
+    probe_rows = (cross.mT @ selector).double()    # k_* of the probe points, (n, s), by a product
+    basis: list[Tensor] = []          # orthonormal blocks Q_j (float64)
+    images: list[Tensor] = []         # A Q_j
+    projections: list[Tensor] = []    # K_{*X} Q_j
+    block = torch.randn(size, min(_BLOCK, size), generator=generator, dtype=torch.float64).to(device)
+    block = _orthonormal(block, basis)
+    check_at = min(_FIRST_CHECK, size)
+    while True:
+        while block.shape[-1] and sum(q.shape[-1] for q in basis) < check_at:
+            basis.append(block)
+            image = (train_covariance @ block.to(dtype)).double()
+            images.append(image)
+            projections.append((cross @ block.to(dtype)).double())
+            block = _orthonormal(image, basis)
+        q = torch.cat(basis, dim=-1)
+        projected = q.mT @ torch.cat(images, dim=-1)
+        factor = torch.linalg.cholesky((projected + projected.mT) / 2)
+        solved = torch.linalg.solve_triangular(factor, torch.cat(projections, dim=-1).mT, upper=False)
+        variance = prior_diagonal.double() - solved.square().sum(0)
+        rank = q.shape[-1]
+        if rank >= size or not block.shape[-1]:
+            return variance, VarianceEstimate("lanczos", rank, 0.0, True)
+        # Galerkin solutions z = Q T^{-1} Q^T k for the probes; their quadratic-form error is
+        # r^T A^{-1} r <= |r|^2 / lambda_min(A), and lambda_min(A) >= the noise variance.
+        coefficients = torch.cholesky_solve(q.mT @ probe_rows, factor)
+        residual = probe_rows - (train_covariance @ (q @ coefficients).to(dtype)).double()
+        bound = residual.square().sum(0) / noise_floor
+        remaining = variance[probes] - bound
+        error = float(torch.where(remaining > 0, bound / remaining.clamp_min(1e-300),
+                                  torch.full_like(bound, math.inf)).max())
+        if error <= tolerance:
+            return variance, VarianceEstimate("lanczos", rank, error, True)
+        check_at = min(int(_GROWTH * rank), size)
+
+
+def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearOperator | Tensor,
+                       prior_diagonal: Tensor, noise_floor: float, *, method: str = "auto", tolerance: float = 0.01,
+                       seed: int = 0) -> tuple[Tensor, VarianceEstimate]:
+    r"""Latent posterior variances :math:`k(x_*, x_*) - \mathbf k_*^\top \mathbf A^{-1}\mathbf k_*`.
+
+    :param train_covariance: :math:`\mathbf A = \mathbf K_{XX} + \sigma_n^2\mathbf I`,
+        shape ``(*batch, n, n)``.
+    :param cross: :math:`\mathbf K_{*X}`, shape ``(*batch, t, n)``.
+    :param prior_diagonal: :math:`k(x_*, x_*)`, shape ``(*batch, t)``.
+    :param noise_floor: A lower bound of the smallest eigenvalue of :math:`\mathbf A`
+        (the smallest noise variance); the ``"lanczos"`` error bound divides by it.
+    :param method: ``"auto"`` (``"dense"`` up to :data:`DENSE_VARIANCE_SIZE` training
+        points, ``"lanczos"`` above), ``"dense"`` or ``"lanczos"``.
+    :param tolerance: Largest relative error the ``"lanczos"`` estimate may have.
+    :param seed: Seed of the random start block of ``"lanczos"``.
+    :return: ``(variance, estimate)``: variances in float64 of shape ``(*batch, t)``
+        (clamped at zero), and the :class:`VarianceEstimate` of the least accurate batch
+        entry.
+    """
+    train_covariance = to_linear_operator(train_covariance)
+    cross = to_linear_operator(cross)
+    size = train_covariance.shape[-1]
+    if method == "auto":
+        method = "dense" if size <= DENSE_VARIANCE_SIZE or not noise_floor > 0 else "lanczos"
+    batch_shape = torch.broadcast_shapes(train_covariance.batch_shape, cross.batch_shape, prior_diagonal.shape[:-1])
+    train_covariance = train_covariance.expand(*batch_shape, size, size)
+    cross = cross.expand(*batch_shape, *cross.shape[-2:])
+    prior_diagonal = prior_diagonal.expand(*batch_shape, prior_diagonal.shape[-1])
+    variances: list[Tensor] = []
+    estimates: list[VarianceEstimate] = []
+    generator = torch.Generator().manual_seed(int(seed))
+    for index in (torch.cartesian_prod(*(torch.arange(s) for s in batch_shape)).reshape(-1, len(batch_shape)).tolist()
+                  if batch_shape else [[]]):
+        entry = tuple(index)
+        if method == "dense":
+            variances.append(_dense_variance(train_covariance[entry], cross[entry], prior_diagonal[entry]))
+            estimates.append(VarianceEstimate("dense", size, 0.0, True))
+        else:
+            variance, estimate = _lanczos_variance(train_covariance[entry], cross[entry], prior_diagonal[entry],
+                                                   noise_floor, tolerance, generator)
+            variances.append(variance)
+            estimates.append(estimate)
+    variance = torch.stack(variances).reshape(*batch_shape, -1).clamp_min(0.0)
+    worst = max(estimates, key=lambda estimate: (not estimate.converged, estimate.relative_error))
+    return variance, worst
+
+
+def check_variance_method(method: object, tolerance: object) -> None:
+    """Validate the variance method and tolerance of a public entry point.
+
+    :raises ValueError: Naming the argument.
+    """
+    if method not in VARIANCE_METHODS:
+        raise ValueError(f"variance must be one of {list(VARIANCE_METHODS)}, got {method!r}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
+            or not (0 < tolerance < 1 and math.isfinite(tolerance)):
+        raise ValueError(f"variance_tolerance must be a float in (0, 1), got {tolerance!r}")

@@ -1,0 +1,159 @@
+"""Predictive variances against a float64 dense posterior, on training sets of 2,000+ nodes."""
+
+from __future__ import annotations
+
+import gpytorch
+import numpy as np
+import pytest
+import torch
+
+from gp_couple import Diffusion, ExactGraphKernel, GRFKernel, GraphGP, grf_gp_settings, predict
+from gp_couple.graphs import grid_graph
+from gp_couple.kernels.matrix_free import MatrixFreeGraphKernel
+from gp_couple.predictive_variance import DENSE_VARIANCE_SIZE, VarianceEstimate, posterior_variance
+
+GRAPH = grid_graph(52, 52)
+ORDER = np.random.default_rng(0).permutation(GRAPH.num_nodes)
+TRAIN, TEST = np.sort(ORDER[:2100]), np.sort(ORDER[2100:2400])
+NOISE = 0.01
+
+
+def _model(kind: str) -> GraphGP:
+    family = Diffusion(3.0)
+    if kind == "exact":
+        base = ExactGraphKernel(GRAPH, family)
+    elif kind == "matrix_free":
+        base = MatrixFreeGraphKernel(GRAPH, family)
+    else:
+        base = GRFKernel(GRAPH, num_walkers=16, p_halt=0.1, coupling="antithetic", directions="repelling",
+                         kernel_family=family, nodes=np.concatenate([TRAIN, TEST]), seed=0)
+    kernel = gpytorch.kernels.ScaleKernel(base)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    targets = torch.as_tensor(np.sin(TRAIN / 40.0), dtype=torch.float32)
+    model = GraphGP(TRAIN, targets, likelihood, kernel)
+    kernel.outputscale = 1.0
+    likelihood.noise = NOISE
+    return model
+
+
+def _dense_variance(model: GraphGP) -> np.ndarray:
+    """The float64 posterior variance of the latent function, from the model's kernel blocks."""
+    kernel = model.covar_module
+    train = torch.as_tensor(TRAIN, dtype=torch.float32).unsqueeze(-1)
+    test = torch.as_tensor(TEST, dtype=torch.float32).unsqueeze(-1)
+    with torch.no_grad():
+        k_train = kernel(train).to_dense().double().numpy()
+        k_cross = kernel(test, train).to_dense().double().numpy()
+        prior = kernel(test, diag=True).double().numpy()
+    noise = float(model.likelihood.noise)
+    factor = np.linalg.cholesky(k_train + noise * np.eye(len(TRAIN)))
+    solved = np.linalg.solve(factor, k_cross.T)
+    return prior - (solved ** 2).sum(0)
+
+
+@pytest.mark.parametrize("kind", ["exact", "matrix_free", "grf"])
+@pytest.mark.parametrize("method", ["auto", "lanczos"])
+def test_variances_match_a_float64_dense_posterior(kind, method):
+    model = _model(kind)
+    truth = _dense_variance(model)
+    with grf_gp_settings():
+        prediction = predict(model, model.likelihood, TEST, noise=False, variance=method, seed=0)
+    ratio = prediction.variance.double().numpy() / truth
+    estimate = prediction.estimate
+    assert estimate.method == ("dense" if method == "auto" else "lanczos")
+    assert estimate.converged and estimate.relative_error <= 0.01
+    # The Krylov variances converge from above; their error is at most the tolerance on
+    # the probed points, and the estimate speaks for the others.
+    assert np.median(np.abs(ratio - 1)) <= 0.01
+    assert np.max(np.abs(ratio - 1)) <= 0.03
+    if method == "lanczos":
+        assert np.all(ratio >= 1 - 1e-4)
+    # Observation variances add the noise.
+    with grf_gp_settings():
+        observed = predict(model, model.likelihood, TEST, variance=method, seed=0).variance
+    torch.testing.assert_close(observed, prediction.variance + NOISE, rtol=1e-5, atol=1e-6)
+
+
+def test_fixed_rank_lanczos_caches_are_what_the_default_replaced():
+    """gpytorch's fast_pred_var cache of rank 300 inflates these variances: the regression this guards."""
+    model = _model("exact")
+    truth = _dense_variance(model)
+    model.eval()
+    with torch.no_grad(), gpytorch.settings.fast_pred_var(), grf_gp_settings(max_root_decomposition_size=300):
+        cached = model.likelihood(model(model.node_inputs(TEST))).variance.double().numpy() - NOISE
+    assert np.median(cached / truth) > 1.2
+
+
+def test_prediction_unpacks_and_reports_its_method():
+    model = _model("grf")
+    prediction = predict(model, model.likelihood, TEST[:5], seed=0)
+    mean, variance = prediction
+    assert torch.equal(prediction[0], mean) and torch.equal(prediction[1], variance) and len(prediction) == 2
+    assert isinstance(prediction.estimate, VarianceEstimate)
+    assert len(TRAIN) <= DENSE_VARIANCE_SIZE and prediction.estimate.method == "dense"
+
+
+def test_lanczos_is_seeded_and_exact_once_the_subspace_is_the_whole_space():
+    generator = torch.Generator().manual_seed(0)
+    root = torch.randn(47, 30, generator=generator, dtype=torch.float64)
+    joint = root @ root.T / 30    # a covariance of 40 training and 7 test points
+    train = joint[:40, :40] + 0.1 * torch.eye(40, dtype=torch.float64)
+    cross, prior = joint[40:, :40], joint.diagonal()[40:]
+    exact = prior - (cross @ torch.linalg.solve(train, cross.T)).diagonal()
+    first, estimate = posterior_variance(train, cross, prior, 0.1, method="lanczos", tolerance=1e-12, seed=1)
+    second, _ = posterior_variance(train, cross, prior, 0.1, method="lanczos", tolerance=1e-12, seed=1)
+    assert torch.equal(first, second)
+    torch.testing.assert_close(first, exact, rtol=1e-8, atol=1e-10)
+    dense, dense_estimate = posterior_variance(train, cross, prior, 0.1, method="dense")
+    torch.testing.assert_close(dense, exact, rtol=1e-10, atol=1e-12)
+    assert dense_estimate == VarianceEstimate("dense", 40, 0.0, True)
+    # Batches are computed entry by entry.
+    batched, _ = posterior_variance(torch.stack([train, 2 * train]), cross, prior, 0.1, method="dense")
+    assert batched.shape == (2, 7)
+    torch.testing.assert_close(batched[0], exact)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"variance": "fast"}, "variance must be one of"),
+    ({"variance_tolerance": 0.0}, "variance_tolerance"),
+    ({"variance_tolerance": float("nan")}, "variance_tolerance"),
+    ({"variance_tolerance": True}, "variance_tolerance"),
+])
+def test_predict_rejects_bad_variance_options(kwargs, message):
+    model = _model("grf")
+    with pytest.raises(ValueError, match=message):
+        predict(model, model.likelihood, TEST[:3], **kwargs)
+
+
+def test_predictions_follow_resampled_walks_and_changed_hyperparameters():
+    model = _model("grf")
+    before = predict(model, model.likelihood, TEST[:20], seed=0).mean
+    model.eval()
+    model.covar_module.base_kernel.resample(5)
+    after = predict(model, model.likelihood, TEST[:20], seed=0).mean
+    fresh = _model("grf")
+    fresh.covar_module.base_kernel.resample(5)
+    torch.testing.assert_close(after, predict(fresh, fresh.likelihood, TEST[:20], seed=0).mean)
+    assert not torch.equal(before, after)
+    # A hyperparameter set in evaluation mode is used too.
+    model.eval()
+    model.covar_module.outputscale = 2.0
+    fresh.covar_module.outputscale = 2.0
+    torch.testing.assert_close(predict(model, model.likelihood, TEST[:20], seed=0).mean,
+                               predict(fresh, fresh.likelihood, TEST[:20], seed=0).mean)
+
+
+def test_an_evaluating_model_called_directly_drops_caches_built_before_a_resample():
+    model = _model("grf")
+    model.eval()
+    inputs = model.node_inputs(TEST[:10])
+    with torch.no_grad():
+        before = model(inputs).mean
+        model.covar_module.base_kernel.resample(7)
+        after = model(inputs).mean
+    fresh = _model("grf")
+    fresh.covar_module.base_kernel.resample(7)
+    fresh.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(after, fresh(fresh.node_inputs(TEST[:10])).mean)
+    assert not torch.equal(before, after)
