@@ -11,7 +11,8 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def memory_gb(field: str) -> float:

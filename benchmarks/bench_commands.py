@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", default=None, help="entry names to run (default: all)")
     parser.add_argument("--help-repeats", type=int, default=5, help="repeats of the --help entries")
-    parser.add_argument("--data-dir", default=os.environ.get("GP_COUPLE_DATA", str(ROOT.parent / "shared" / "datasets")))
+    parser.add_argument("--data-dir",
+                        default=os.environ.get("GP_COUPLE_DATA", str(ROOT.parent / "shared" / "datasets")))
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--markdown", metavar="JSON", default=None,
                         help="print the RESULTS.md table of a saved report and exit")

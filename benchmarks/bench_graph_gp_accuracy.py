@@ -225,7 +225,8 @@ def generating_hyperparameters(spec: str, seed: int) -> dict[str, float]:
 
 # ---------------------------------------------------------------- the split-diagonal variant
 def _merge_halves(first: Any, second: Any) -> tuple[Any, Any]:
-    r"""Features :math:`(\Phi_1 + \Phi_2)/2` of two independent half-sets, and the weights of :math:`(\Phi_1 - \Phi_2)/2`.
+    r"""Features :math:`(\Phi_1 + \Phi_2)/2` of two independent half-sets, and the weights of
+    :math:`(\Phi_1 - \Phi_2)/2`.
 
     Both share one pattern (the union of the halves'), so the second is only a weight vector.
     """

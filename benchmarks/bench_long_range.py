@@ -37,14 +37,14 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _measure import emit_report  # noqa: E402
 
-from gp_couple.features.sigma_fit import fit_sigma_coupling  # noqa: E402
+from gp_couple.datasets import resolve_graph  # noqa: E402
 from gp_couple.evaluation import relative_frobenius_error  # noqa: E402
 from gp_couple.exact import exact_kernel_matrix  # noqa: E402
 from gp_couple.experiments._couplings import walk_length_couplings  # noqa: E402
-from gp_couple.datasets import resolve_graph  # noqa: E402
 from gp_couple.experiments._report import summarize  # noqa: E402
 from gp_couple.experiments.exact_baseline import kernel_family_at  # noqa: E402
 from gp_couple.features.grf import GraphRandomFeatures  # noqa: E402
+from gp_couple.features.sigma_fit import fit_sigma_coupling  # noqa: E402
 from gp_couple.halting import DEFAULT_MAX_INFLATION, halting_inflation, suggest_p_halt  # noqa: E402
 
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 key = (gamma, p_halt)
                 if key not in couplings_cache:
                     couplings_cache[key] = walk_length_couplings(args.couplings, lambda: fit_sigma_coupling(
-                        family, p_halt, args.order, samples_per_bin=args.fit_samples, seed=args.seed))
+                        family, p_halt, args.order, samples_per_bin=args.fit_samples, seed=args.seed))  # noqa: B023 - called in this iteration
                 inflation = halting_inflation(family, p_halt)
                 for name, coupling in couplings_cache[key].items():
                     for directions in args.directions:

@@ -152,7 +152,7 @@ def bench_models(args: argparse.Namespace) -> list[dict[str, Any]]:
                                           "num_features": args.num_features, "steps": steps,
                                           "threads": args.threads, "seed": args.seed})
         reference = results["coupled-rff"]
-        for model, row in results.items():
+        for row in results.values():
             if "step_seconds_median" in row and "step_seconds_median" in reference:
                 row["step_time_vs_coupled_rff"] = row["step_seconds_median"] / reference["step_seconds_median"]
                 row["first_prediction_vs_coupled_rff"] = (row["first_prediction_seconds"]

@@ -159,9 +159,9 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
     import torch
 
     from gp_couple.couplings import IIDWalkLengthCoupling
+    from gp_couple.couplings.proposals import get_proposal
     from gp_couple.features import _walk_kernels as kernels
     from gp_couple.features.grf import GraphRandomFeatures
-    from gp_couple.couplings.proposals import get_proposal
     from gp_couple.features.walks import walk_with_lengths
 
     dtype = getattr(torch, dtype_name)
@@ -311,8 +311,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row["speedup_vs_fgg_full_sampler"] = row["fgg_full_sampler_s"] / row["build_warm_s"]
             print(json.dumps(row), file=sys.stderr, flush=True)
             rows.append(row)
-    report = {"benchmark": "walk_proposals" if args.proposals else "walks", "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                                "platform": platform.platform()},
+    report = {"benchmark": "walk_proposals" if args.proposals else "walks",
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "platform": platform.platform()},
               "results": rows}
     return emit_report(report, args.json_out)
 

@@ -2,9 +2,9 @@
 
 Run: ``python benchmarks/render_results.py [SECTION ...]`` with sections ``walks``,
 ``graph_gp``, ``graph_gp_accuracy``, ``grf_gram``, ``pagerank``, ``mesh``, ``traffic``, ``kernel_estimation``,
-``attention``, ``copula_learning``, ``matrix_free``, ``contention``, ``products`` (default: all present); ``--update-readme`` rewrites the
-condensed tables between the results markers of README.md; ``--update-results`` rewrites
-the "Paper experiments" section of RESULTS.md.
+``attention``, ``copula_learning``, ``matrix_free``, ``contention``, ``products`` (default: all present);
+``--update-readme`` rewrites the condensed tables between the results markers of README.md;
+``--update-results`` rewrites the "Paper experiments" section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -118,7 +119,8 @@ def grf_gram() -> str:
             for walkers in sorted({r["walkers"] for r in report["results"]}):
                 rows_here = [r for r in report["results"] if r["kernel"] == kernel and r["walkers"] == walkers]
                 ps = sorted({r["p_halt"] for r in rows_here})
-                table = [[coupling] + [next(r["error"] for r in rows_here if r["p_halt"] == p and r["coupling"] == coupling)
+                table = [[coupling] + [next(r["error"] for r in rows_here
+                                            if r["p_halt"] == p and r["coupling"] == coupling)
                                        for p in ps] for coupling in ("iid", "antithetic", "sigma")]
                 parts.append(f"{report['graph']['spec']} ({report['graph']['nodes']} nodes), {kernel}, "
                              f"m = {walkers}:\n\n" + _table(["coupling"] + [f"p = {p}" for p in ps], table))
@@ -133,7 +135,8 @@ def pagerank() -> str:
     for graph in report["graphs"]:
         for p in sorted({r["p_halt"] for r in report["results"]}):
             here = {r["coupling"]: r for r in report["results"] if r["graph"] == graph and r["p_halt"] == p}
-            rows.append([graph, report["graphs"][graph]["nodes"], p] + [here[c]["error"] for c in ("iid", "antithetic", "sigma")]
+            rows.append([graph, report["graphs"][graph]["nodes"], p]
+                        + [here[c]["error"] for c in ("iid", "antithetic", "sigma")]
                         + [here["sigma"].get("error_vs_iid")])
     return _table(["graph", "nodes", "p_halt", "iid", "antithetic", "sigma", "sigma / iid"], rows)
 
@@ -229,9 +232,10 @@ def traffic_nuts() -> str:
             rows.append([r["model"], settings["p_halt"] if r["model"].startswith("grf") else None, r["test_rmse"],
                          r["test_nlpd"], r.get("max_r_hat"), r.get("min_ess"), r.get("divergences"),
                          hyper.get("outputscale"), hyper.get("gamma"), hyper.get("noise"), r["seconds"]])
+        steps = settings.get("train_iterations", settings.get("fit_iterations"))  # the name of older reports
         notes.append(f"`{path.name}`: {settings['warmup']} warm-up + {settings['num_samples']} draws, "
                      f"{settings['chains']} chain(s), tree depth ≤ {settings['max_tree_depth']}, "
-                     f"{settings['fit_iterations']} Adam steps; GRF: {settings['walkers']} walkers")
+                     f"{steps} Adam steps; GRF: {settings['walkers']} walkers")
     if not rows:
         return ""
     return (_table(["model", "p_halt", "test RMSE (mph)", "test NLPD", "max R-hat", "min ESS", "divergences", "κ",
@@ -471,7 +475,7 @@ def readme_summary() -> str:
         report = json.loads(path.read_text())
         for name, info in report["meshes"].items():
             def pick(metric: str, walkers: int) -> str:
-                return _triple([next(r[metric] for r in report["results"] if r.get("mesh", name) == name
+                return _triple([next(r[metric] for r in report["results"] if r.get("mesh", name) == name  # noqa: B023 - called in this iteration
                                      and r["walkers"] == walkers and r["coupling"] == c) for c in COUPLING_ORDER])
             mesh_rows.append([f"{name} ({info['nodes']})", pick("gram_error", 16), pick("test_rmse", 16),
                               _exact_at_trained_rmse(info), pick("kl", 16), pick("kl", 64)])
@@ -501,7 +505,8 @@ def readme_summary() -> str:
             here = {(r["p_halt"], r["coupling"]): r for r in report["results"] if r["graph"] == graph}
             rows.append([graph] + [_triple([here[(p, c)]["error"] for c in COUPLING_ORDER]) for p in (0.3, 0.5)])
         parts.append("**PageRank with two coupled walkers** (`gp-couple pagerank`, app:pagerank; "
-                     "‖ρ − ρ̂‖₂, i.i.d. / antithetic / σ):\n\n" + _table(["graph", "p_halt = 0.3", "p_halt = 0.5"], rows))
+                     "‖ρ − ρ̂‖₂, i.i.d. / antithetic / σ):\n\n"
+                     + _table(["graph", "p_halt = 0.3", "p_halt = 0.5"], rows))
     main, _ = _kernel_estimation_reports()
     if main:
         pnc = {features: [_ratio_against_paper(report, features, coupling, _load("paper_tab_rff.json"))
@@ -521,7 +526,8 @@ def update_readme(path: Path) -> None:
 
 SECTIONS: dict[str, Callable[[], str]] = {"walks": walks, "graph_gp": graph_gp,
                                           "graph_gp_accuracy": graph_gp_accuracy, "grf_gram": grf_gram,
-                                          "pagerank": pagerank, "mesh": mesh, "traffic": traffic, "long_range": long_range,
+                                          "pagerank": pagerank, "mesh": mesh, "traffic": traffic,
+                                          "long_range": long_range,
                                           "traffic_nuts": traffic_nuts,
                                           "kernel_estimation": kernel_estimation, "attention": attention,
                                           "copula_learning": copula_learning, "matrix_free": matrix_free,
@@ -541,8 +547,8 @@ gp-couple grf-gram --graph NAME --kernels regularised-laplacian --walkers 2 --js
 gp-couple pagerank --graphs karate dolphins polbooks football netscience eurosis citeseer cora --json > benchmarks/results/pagerank.json
 gp-couple mesh --mesh NAME --json > benchmarks/results/mesh_NAME.json   # teapot fuze sphere idler_riser busted torus
 gp-couple traffic --json > benchmarks/results/traffic.json
-gp-couple traffic-nuts --p-halt 0.4 --num-samples 30 --warmup 30 --max-tree-depth 4 --fit-iterations 100 --json > benchmarks/results/traffic_nuts.json   # the target run: gp-couple traffic-nuts --json
-gp-couple traffic-nuts --p-halt 0.1 --no-exact --num-samples 30 --warmup 30 --max-tree-depth 4 --fit-iterations 100 --json > benchmarks/results/traffic_nuts_grf_p_halt_0.1.json
+gp-couple traffic-nuts --p-halt 0.4 --num-samples 30 --warmup 30 --max-tree-depth 4 --train-iterations 100 --json > benchmarks/results/traffic_nuts.json   # the target run: gp-couple traffic-nuts --json
+gp-couple traffic-nuts --p-halt 0.1 --no-exact --num-samples 30 --warmup 30 --max-tree-depth 4 --train-iterations 100 --json > benchmarks/results/traffic_nuts_grf_p_halt_0.1.json
 gp-couple kernel-estimation --dataset NAME --json > benchmarks/results/kernel_estimation_NAME.json   # concrete abalone cpu power airfoil boston
 gp-couple kernel-estimation --dataset airfoil --raw-targets --features rff --json > benchmarks/results/kernel_estimation_airfoil_raw_targets.json
 gp-couple kernel-estimation --dataset boston --raw-targets --features rff --json > benchmarks/results/kernel_estimation_boston_raw_targets.json
@@ -555,7 +561,7 @@ gp-couple copula-learning --json > benchmarks/results/copula_learning.json
 The six UCI datasets of tab:rff run through the full kernel-estimation protocol (20
 splits, 100 draws per coupling); see the kernel-estimation section below for times and
 for where and why the ratios differ from the paper's.
-"""
+"""  # noqa: E501 - the commands as RESULTS.md shows them, one per line
 PAPER_TABLES = {"grf_gram": "Gram-matrix estimation (fig:permuton_grf, fig:grfs_more_graphs)",
                 "pagerank": "PageRank estimation with two coupled walkers (app:pagerank)",
                 "mesh": "Mesh interpolation (sec:graph_gp_experiments, app:grf_gp_details)",

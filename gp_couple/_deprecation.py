@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, Callable, Mapping, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 

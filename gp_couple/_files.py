@@ -24,8 +24,9 @@ import os
 import secrets
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 __all__ = ["atomic_write", "write_text_atomically", "check_output_file", "check_output_folder"]
 

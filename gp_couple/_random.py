@@ -2,23 +2,30 @@
 
 Every random routine in gp_couple takes a ``seed`` argument of type :data:`SeedLike`
 and turns it into the generator it needs with the helpers here, so that the same
-seed gives the same result whichever entry point is used.
+seed gives the same result whichever entry point is used. ``seed=None`` follows
+torch's and gpytorch's convention: the randomness comes from torch's global generator,
+so ``torch.manual_seed(...)`` reproduces it (and each such call advances that generator).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator, Union
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 
 from ._checks import is_int
 
-SeedLike = Union[int, np.integer, np.random.Generator, torch.Generator, None]
+SeedLike = int | np.integer | np.random.Generator | torch.Generator | None
 
 _UINT64_MASK = (1 << 64) - 1
+
+#: Held by every seeded block (:func:`seeded_torch_rng`) and every draw of ``seed=None``:
+#: torch's global generator is one per process, so two seeded blocks in two threads take
+#: turns with it. Re-entrant: a seeded block may run another one in the same thread.
+_GLOBAL_RNG_LOCK = threading.RLock()
 
 
 def _check_seed_type(seed: SeedLike) -> None:
@@ -36,39 +43,37 @@ def _check_seed_type(seed: SeedLike) -> None:
 def as_numpy_generator(seed: SeedLike) -> np.random.Generator:
     """Return a :class:`numpy.random.Generator` for ``seed``.
 
-    A numpy generator is returned as is (its state advances); a torch generator is
-    consumed once to seed a fresh numpy generator; an int seeds PCG64; ``None`` draws
-    fresh OS entropy.
+    A numpy generator is returned as is (its state advances); a torch generator, or
+    torch's global one for ``None``, is consumed once to seed a fresh numpy generator; an
+    int seeds PCG64.
     """
     _check_seed_type(seed)
     if isinstance(seed, np.random.Generator):
         return seed
-    if isinstance(seed, torch.Generator):
+    if seed is None or isinstance(seed, torch.Generator):
         return np.random.default_rng(draw_seed(seed))
-    return np.random.default_rng(None if seed is None else int(seed))
+    return np.random.default_rng(int(seed))
 
 
 def draw_seed(seed: SeedLike) -> int:
     """Return a 63-bit integer seed derived from ``seed``.
 
     Used for counter-based random streams (the compiled walk sampler) that need a
-    plain integer key. Generators are advanced by one draw.
+    plain integer key. Generators are advanced by one draw; ``None`` draws from torch's
+    global generator.
     """
     _check_seed_type(seed)
     if seed is None:
-        return int(np.random.SeedSequence().generate_state(1, dtype=np.uint64)[0]) >> 1
+        # Taken in turn with the seeded blocks of other threads (see _GLOBAL_RNG_LOCK); inside
+        # a seeded block of this thread, the draw is that block's.
+        with _GLOBAL_RNG_LOCK:
+            return int(torch.randint(0, 2**62, (1,)).item())
     if isinstance(seed, torch.Generator):
         return int(torch.randint(0, 2**62, (1,), generator=seed).item())
     if isinstance(seed, np.random.Generator):
         return int(seed.integers(0, 2**62))
     # Hash small integers so that seeds 0, 1, 2, ... give unrelated streams.
     return int(np.random.SeedSequence(int(seed)).generate_state(1, dtype=np.uint64)[0]) >> 1
-
-
-#: Held by every seeded block (:func:`seeded_torch_rng`): torch's global generator is one
-#: per process, so two seeded blocks in two threads take turns with it. Re-entrant: a
-#: seeded block may run another one in the same thread.
-_GLOBAL_RNG_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager

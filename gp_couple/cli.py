@@ -1,14 +1,17 @@
 """The ``gp-couple`` command line: one sub-command per experiment.
 
-``gp-couple --help`` lists the commands from the table below without importing torch or
-any experiment, so it answers at once; ``gp-couple COMMAND ...`` imports only that
-command's module (``gp_couple.experiments.<module>``, which defines
-``register(subparsers)``).
+``gp-couple --help`` lists the commands from the table below, and ``gp-couple COMMAND
+--help`` or a mistyped option answers from the command's options
+(:mod:`gp_couple.experiments._options`), without importing torch or any experiment, so
+both answer at once; only a command that runs imports its module
+(``gp_couple.experiments.<module>``, which defines ``run(args)`` returning the report).
 
 Errors reach the user as one line, ``gp-couple COMMAND: error: ...``, whatever raised
-them (bad input, a missing or unreadable file, a failure inside a library); ``--debug``
-shows the full traceback instead. Progress bars appear on a terminal and ``--quiet``
-silences them (:mod:`gp_couple.progress`). Every output path (``--json FILE``, ``--plot DIR``,
+them (bad input, a missing or unreadable file, a failure inside a library), naming
+options as they are typed (a library's ``data_dir`` is ``--data-dir``); ``--debug``
+shows the full traceback instead. Every command reports progress the same way
+(:mod:`gp_couple.progress`): bars on a terminal, a log line now and then otherwise (a
+pipe, a file, a CI log); ``--quiet`` silences both. Every output path (``--json FILE``, ``--plot DIR``,
 ``--save-couplings DIR``) is checked before the command starts
 (:func:`gp_couple.experiments._report.check_outputs`), and files are written atomically.
 """
@@ -17,53 +20,74 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import importlib
 import logging
+import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn
 
-__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+__all__ = ["COMMANDS", "Command", "as_typed", "build_parser", "main"]
 
 
 @dataclass(frozen=True)
 class Command:
     """A sub-command: its module in ``gp_couple.experiments``, a summary and an example.
 
-    :ivar module: Module name in :mod:`gp_couple.experiments` defining ``register``.
+    Its options are declared in :data:`gp_couple.experiments._options.COMMAND_OPTIONS`.
+
+    :ivar module: Module name in :mod:`gp_couple.experiments` defining ``run(args)``.
     :ivar summary: One line for the ``gp-couple --help`` listing.
     :ivar example: A command line shown at the end of ``gp-couple COMMAND --help``.
+    :ivar description: The first line of ``gp-couple COMMAND --help`` (default: the summary).
     """
 
     module: str
     summary: str
     example: str
+    description: str | None = None
 
 
 #: Every sub-command, in the order ``gp-couple --help`` lists them.
 COMMANDS: dict[str, Command] = {
     "demo": Command("demo", "quick mesh-interpolation demo on a built-in mesh (no data needed)",
-                    "gp-couple demo --walkers 16 32 --repeats 3 --plot figures/demo"),
+                    "gp-couple demo --walkers 16 32 --repeats 3 --plot figures/demo",
+                    "GRF-GP mesh interpolation demo (no data needed)."),
     "grf-gram": Command("grf_gram", "Gram-matrix error of iid / antithetic / sigma-coupled GRFs",
                         "gp-couple grf-gram --graph karate --p-halt 0.3 0.5 --walkers 2 --repeats 10 "
-                        "--plot figures/grf-gram"),
+                        "--plot figures/grf-gram",
+                        "gp-couple grf-gram: Gram-matrix estimation with coupled GRFs (paper, Figure 3, Section 4.2\n"
+                        "[fig:permuton_grf], Figure 10, Appendix F.1 [fig:grfs_more_graphs])."),
     "pagerank": Command("pagerank", "PageRank error with iid / antithetic / sigma walkers",
-                        "gp-couple pagerank --graphs karate dolphins --p-halt 0.3 0.5 --repeats 100"),
+                        "gp-couple pagerank --graphs karate dolphins --p-halt 0.3 0.5 --repeats 100",
+                        "PageRank estimation with two coupled walkers (paper, Appendix E)."),
     "mesh": Command("mesh", "mesh interpolation with iid / antithetic / sigma GRF-GPs",
-                    "gp-couple mesh --mesh teapot --data-dir ../shared/datasets --plot figures/mesh"),
+                    "gp-couple mesh --mesh teapot --data-dir ../shared/datasets --plot figures/mesh",
+                    "Probabilistic mesh interpolation (paper, Section 4.2 and Appendix F.2)."),
     "traffic": Command("traffic", "San Jose traffic-speed interpolation with GRF-GPs",
-                       "gp-couple traffic --data-dir ../shared/datasets --repeats 3 --plot figures/traffic"),
+                       "gp-couple traffic --data-dir ../shared/datasets --repeats 3 --plot figures/traffic",
+                       "Probabilistic traffic interpolation (paper, Appendix F.3)."),
     "traffic-nuts": Command("traffic_nuts", "NUTS posterior of the traffic GRF-GP's outputscale, gamma and noise",
-                            "gp-couple traffic-nuts --data-dir ../shared/datasets --num-samples 200 --warmup 200"),
+                            "gp-couple traffic-nuts --data-dir ../shared/datasets --num-samples 200 --warmup 200",
+                            "Fully Bayesian GRF-GP on the traffic graph: NUTS over outputscale, gamma and noise."),
     "kernel-estimation": Command(
-        "kernel_estimation", "kernel RMSE, posterior KL and predictive RMSE of coupled RFFs/RLFs on UCI data",
-        "gp-couple kernel-estimation --dataset boston --data-dir ../shared/datasets --repeats 5"),
+        "kernel_estimation", "kernel RMSE, posterior KL and predictive RMSE of coupled RFFs/RLFs on UCI or CSV data",
+        "gp-couple kernel-estimation --dataset boston --data-dir ../shared/datasets --repeats 5\n"
+        "  gp-couple kernel-estimation --dataset ./my.csv --target price --repeats 5",
+        "gp-couple kernel-estimation: coupled RFFs and RLFs on UCI data or a CSV file of your own (paper, "
+        "Table 1,\nSection 3.3 [tab:rff], Table 2, Appendix B.2 [tab:kld], Table 3, Appendix B.2 [tab:pred-rmse])."),
     "attention": Command("attention", "kernel variance, covariance and attention MSE of norm-coupled Performers",
-                         "gp-couple attention --num-features 16 64 --draws 200 --repeats 5"),
+                         "gp-couple attention --num-features 16 64 --draws 200 --repeats 5",
+                         "gp-couple attention: norm couplings for Performer attention (paper, Appendix B.3\n"
+                         '"Norm-coupled RLFs in Performers" [app:performers], Figure 7, Appendix B.3 [fig:var_fig]).'),
     "copula-learning": Command(
         "copula", "learn a Gaussian-copula norm coupling and compare it with PNC",
-        "gp-couple copula-learning --dataset boston --data-dir ../shared/datasets --steps 200"),
+        "gp-couple copula-learning --dataset boston --data-dir ../shared/datasets --iterations 200",
+        "gp-couple copula-learning: learning a Gaussian-copula norm coupling (paper, Appendix A.5\n"
+        '"Copulas as numerical OT solvers" [app:copulas], Figure 5, Appendix A.5 [fig:boston-losses]).'),
 }
 
 _DESCRIPTION = "Variance-reducing couplings for random features (Reid et al., ICLR 2025)."
@@ -119,7 +143,7 @@ def _runtime_options(*, top_level: bool) -> argparse.ArgumentParser:
     # After the command, an option left out must not overwrite one given before it.
     default = False if top_level else argparse.SUPPRESS
     group.add_argument("--quiet", action="store_true", default=default,
-                       help="no progress bars or notes on stderr (bars appear only on a terminal anyway)")
+                       help="no progress (bars on a terminal, a line every 30 s in a log) or notes on stderr")
     group.add_argument("--debug", action="store_true", default=default,
                        help="show the full traceback of an error and debug log messages")
     return parent
@@ -135,7 +159,8 @@ class _Subcommands:
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         command = COMMANDS.get(name)
-        kwargs["description"] = plain_text(kwargs.get("description") or (command and command.summary))
+        kwargs["description"] = plain_text(kwargs.get("description")
+                                           or (command and (command.description or command.summary)))
         if command is not None:
             kwargs["help"] = command.summary
             kwargs.setdefault("epilog", f"example:\n  {command.example}")
@@ -147,10 +172,11 @@ class _Subcommands:
 def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The argument parser with ``commands`` fully registered (default: all of them).
 
-    Commands not in ``commands`` are listed with their summary only, so that building the
-    parser for ``--help`` or for one command imports nothing else.
+    Commands not in ``commands`` are listed with their summary only. Registering a command
+    imports neither torch nor its module (:mod:`gp_couple.experiments._options`); running
+    it imports the module.
 
-    :param commands: Names of :data:`COMMANDS` whose modules are imported and registered.
+    :param commands: Names of :data:`COMMANDS` whose options are registered.
     :return: The parser.
     """
     chosen = list(COMMANDS) if commands is None else list(commands)
@@ -161,10 +187,43 @@ def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentPars
     wrapped = _Subcommands(subparsers)
     for name, command in COMMANDS.items():
         if name in chosen:
-            importlib.import_module(f"gp_couple.experiments.{command.module}").register(wrapped)
+            from .experiments._options import COMMAND_OPTIONS
+
+            command_parser = wrapped.add_parser(name)
+            columns = COMMAND_OPTIONS[name](command_parser)
+            # What the user typed for each destination, for the error messages (the first option wins).
+            typed = {action.dest: action.option_strings[0] for action in reversed(command_parser._actions)
+                     if action.option_strings}
+            command_parser.set_defaults(func=functools.partial(_run_command, command.module, columns),
+                                        option_names=typed)
         else:
             subparsers.add_parser(name, help=command.summary, add_help=False)
     return parser
+
+
+def _run_command(module: str, columns: Any, args: argparse.Namespace) -> None:
+    """Import the command's module, run it and print (or write) its report."""
+    from .experiments._report import emit
+
+    report = importlib.import_module(f"gp_couple.experiments.{module}").run(args)
+    emit(report, as_json=args.json, columns=columns(args) if callable(columns) else columns)
+
+
+def as_typed(message: str, option_names: dict[str, str]) -> str:
+    """``message`` with the library's parameter names replaced by the options that set them.
+
+    Only names with an underscore are replaced (``data_dir`` becomes ``--data-dir``,
+    ``data_dir=...`` becomes ``--data-dir=...``): a single word (``seed``, ``test``) is too
+    likely to be prose. Names inside a path are left alone.
+
+    :param message: An error message.
+    :param option_names: Option string per argparse destination (``{"data_dir": "--data-dir"}``).
+    :return: The message as the user would type its options.
+    """
+    for dest, option in option_names.items():
+        if "_" in dest:
+            message = re.sub(rf"(?<![\w./-]){re.escape(dest)}(?![\w/-])", option, message)
+    return message
 
 
 def _command_in(argv: Sequence[str]) -> str | None:
@@ -212,6 +271,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     :return: The exit status: 0 on success, 2 for bad input or files, 1 for any other
         error, 130 when interrupted.
     """
+    # The commands are programs of their own, so they may set up their process: idle
+    # OpenMP workers (torch's and numba's) sleep instead of spinning, which on a machine
+    # busy with other work multiplies the CPU time a run burns. GNU OpenMP reads this when
+    # torch loads, which is after parsing; a value the user set is kept.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = _command_in(arguments)
     parser = build_parser([command] if command in COMMANDS else [])
@@ -234,7 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # every error becomes one line; --debug shows the traceback
         if args.debug:
             raise
-        print(f"gp-couple {args.command}: error: {error_line(error)}", file=sys.stderr)
+        line = as_typed(error_line(error), getattr(args, "option_names", {}))
+        print(f"gp-couple {args.command}: error: {line}", file=sys.stderr)
         return 2 if isinstance(error, (ValueError, TypeError, OSError)) else 1
     return 0
 

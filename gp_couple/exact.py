@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .graphs import Graph
 from ._deprecation import renamed_keywords
+from .graphs import Graph
 from .kernel_families import KernelFamily
 
 __all__ = ["normalized_adjacency_eigh", "exact_kernel_matrix", "exact_kernel_columns",

@@ -26,15 +26,27 @@ to them. The gpytorch kernels (:mod:`gp_couple.kernels`) hold one as their
 :class:`gpytorch.kernels.ScaleKernel`. (Formerly ``GraphKernelSeries`` in
 ``gp_couple.modulation``; the old names still resolve, with a ``DeprecationWarning``.)
 
-=======================  ==========================================================  ======================================
-family                   kernel                                                      :math:`\alpha_k`
-=======================  ==========================================================  ======================================
-:class:`Diffusion`       :math:`\exp(-\gamma^2 \widetilde{\mathbf L})`                :math:`e^{-\gamma^2}\gamma^{2k}/k!`
-:class:`RegularisedLaplacian` :math:`(\mathbf I + \sigma^2 \widetilde{\mathbf L})^{-d}` :math:`(1+\sigma^2)^{-d}\binom{k+d-1}{k}c^k`, :math:`c = \tfrac{\sigma^2}{1+\sigma^2}`
-:class:`PStepRandomWalk` :math:`(\alpha \mathbf I - \widetilde{\mathbf L})^{p}`         :math:`\binom{p}{k}(\alpha - 1)^{p-k}`
-:class:`InverseCosine`   :math:`\cos(\beta \widetilde{\mathbf L})`                     :math:`\tfrac{\beta^k}{k!}\cos(\beta - k\pi/2)`
-:class:`PowerSeries`     :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` (user-supplied)  given
-=======================  ==========================================================  ======================================
+.. list-table::
+   :header-rows: 1
+
+   * - family
+     - kernel
+     - :math:`\alpha_k`
+   * - :class:`Diffusion`
+     - :math:`\exp(-\gamma^2 \widetilde{\mathbf L})`
+     - :math:`e^{-\gamma^2}\gamma^{2k}/k!`
+   * - :class:`RegularisedLaplacian`
+     - :math:`(\mathbf I + \sigma^2 \widetilde{\mathbf L})^{-d}`
+     - :math:`(1+\sigma^2)^{-d}\binom{k+d-1}{k}c^k`, :math:`c = \tfrac{\sigma^2}{1+\sigma^2}`
+   * - :class:`PStepRandomWalk`
+     - :math:`(\alpha \mathbf I - \widetilde{\mathbf L})^{p}`
+     - :math:`\binom{p}{k}(\alpha - 1)^{p-k}`
+   * - :class:`InverseCosine`
+     - :math:`\cos(\beta \widetilde{\mathbf L})`
+     - :math:`\tfrac{\beta^k}{k!}\cos(\beta - k\pi/2)`
+   * - :class:`PowerSeries`
+     - :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` (user-supplied)
+     - given
 """
 
 from __future__ import annotations
@@ -46,7 +58,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 import torch
-from gpytorch.constraints import GreaterThan, Interval, Positive
+from gpytorch.constraints import GreaterThan, Positive
 from gpytorch.module import Module
 from gpytorch.priors import Prior
 
@@ -145,7 +157,8 @@ def convolutional_sqrt(coefficients: torch.Tensor) -> torch.Tensor:
 
 
 class KernelFamily(Module, ABC):
-    r"""Abstract kernel family: the graph node kernel :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` and its hyperparameters.
+    r"""Abstract kernel family: the graph node kernel :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` and its
+    hyperparameters.
 
     Subclasses implement :meth:`coefficients` and :meth:`spectrum` (the kernel as a
     function :math:`g(\lambda) = \sum_k \alpha_k \lambda^k` of the eigenvalues of
@@ -276,7 +289,8 @@ def _value(tensor: torch.Tensor) -> Any:
 
 
 class Diffusion(KernelFamily):
-    r"""Diffusion (heat) kernel :math:`\exp(-\gamma^2 \widetilde{\mathbf L}) = e^{-\gamma^2}\exp(\gamma^2 \widetilde{\mathbf W})`.
+    r"""Diffusion (heat) kernel
+    :math:`\exp(-\gamma^2 \widetilde{\mathbf L}) = e^{-\gamma^2}\exp(\gamma^2 \widetilde{\mathbf W})`.
 
     Closed-form modulation (NOTES.md, "Modulation for the diffusion kernel"):
 
@@ -335,7 +349,8 @@ class RegularisedLaplacian(KernelFamily):
     Appendix C.1 [tab:taylor_expansions]).
 
     On the normalised Laplacian (NOTES.md, "Regularised Laplacian"):
-    :math:`(\mathbf I + \sigma^2\widetilde{\mathbf L})^{-d} = (1 + \sigma^2)^{-d}(\mathbf I - c\widetilde{\mathbf W})^{-d}`
+    :math:`(\mathbf I + \sigma^2\widetilde{\mathbf L})^{-d}
+    = (1 + \sigma^2)^{-d}(\mathbf I - c\widetilde{\mathbf W})^{-d}`
     with :math:`c = \sigma^2/(1 + \sigma^2) < 1`, so
 
     .. math::
@@ -407,7 +422,9 @@ class RegularisedLaplacian(KernelFamily):
 
 
 class PStepRandomWalk(KernelFamily):
-    r""":math:`p`-step random walk kernel :math:`(\alpha\mathbf I - \widetilde{\mathbf L})^p = ((\alpha - 1)\mathbf I + \widetilde{\mathbf W})^p`, :math:`\alpha \ge 2`.
+    r""":math:`p`-step random walk kernel
+    :math:`(\alpha\mathbf I - \widetilde{\mathbf L})^p = ((\alpha - 1)\mathbf I + \widetilde{\mathbf W})^p`,
+    :math:`\alpha \ge 2`.
 
     .. math::
 

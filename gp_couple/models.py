@@ -19,10 +19,9 @@ Library code never changes global gpytorch settings: wrap calls in
 from __future__ import annotations
 
 import itertools
-import math
-import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import gpytorch
 import numpy as np

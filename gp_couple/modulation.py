@@ -7,7 +7,8 @@ name of this module still resolves, with a ``DeprecationWarning`` naming its new
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import kernel_families
 from ._deprecation import deprecated_aliases

@@ -20,17 +20,19 @@ Optimisers (``optimizer=``):
 The stopping rule (:class:`Convergence`) is stated in terms of the loss and the
 parameters: training has converged when the loss changed by at most ``loss_tolerance``
 (relative to :math:`\max(1, |\text{loss}|)`) and no parameter moved by more than
-``parameter_tolerance`` — between consecutive L-BFGS iterations, or between the means of
-two consecutive windows of ``window`` Adam steps (whose losses are noisy). L-BFGS also
-stops when SciPy's own tests (projected gradient, relative reduction) are met.
+``parameter_tolerance`` — between consecutive L-BFGS iterations (where, in addition, no
+gradient entry may exceed ``gradient_tolerance``), or between the means of two
+consecutive windows of ``window`` Adam steps (whose losses are noisy). L-BFGS also stops
+when SciPy's own tests (projected gradient, relative reduction) are met.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -64,16 +66,21 @@ class Convergence:
         :math:`\max(1, |\text{loss}|)`, that counts as converged.
     :ivar parameter_tolerance: Largest change of any parameter entry that counts as converged.
     :ivar window: Adam steps per window (the means of two consecutive windows are compared).
+    :ivar gradient_tolerance: L-BFGS only: largest gradient entry, relative to
+        :math:`\max(1, |\text{loss}|)`, that counts as converged (a short line-search step
+        alone is not convergence).
     """
 
-    loss_tolerance: float = 1e-5
-    parameter_tolerance: float = 1e-3
+    loss_tolerance: float = 1e-4
+    parameter_tolerance: float = 1e-2
     window: int = 20
+    gradient_tolerance: float = 1e-3
 
     def __post_init__(self) -> None:
-        for name in ("loss_tolerance", "parameter_tolerance"):
+        for name in ("loss_tolerance", "parameter_tolerance", "gradient_tolerance"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive finite float, got {value!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
             raise ValueError(f"window must be a positive int, got {self.window!r}")
@@ -208,7 +215,8 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         gradient = torch.cat([(parameter.grad if parameter.grad is not None else torch.zeros_like(parameter))
                               .reshape(-1) for parameter in parameters])
         evaluated["value"] = value
-        return value, gradient.detach().double().cpu().numpy()
+        evaluated["gradient"] = gradient.detach().double().cpu().numpy()
+        return value, evaluated["gradient"]
 
     start = _flat(parameters).numpy()
     value_and_gradient(start)
@@ -225,7 +233,9 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         if callback is not None and callback(step, value) is True:
             history.reason = "callback"
             raise StopIteration
-        if convergence.reached(change, value, moved):
+        steepest = float(np.abs(evaluated["gradient"]).max()) if start.size else 0.0
+        if convergence.reached(change, value, moved) \
+                and steepest <= convergence.gradient_tolerance * max(1.0, abs(value)):
             history.converged, history.reason = True, "converged"
             raise StopIteration
 

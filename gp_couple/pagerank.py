@@ -48,7 +48,8 @@ def _check_graph(graph: Graph) -> Graph:
 
 def exact_pagerank(graph: Graph, p_halt: float,
                    proposal: NeighbourProposal | str | None = None) -> np.ndarray:
-    r"""Exact PageRank :math:`\rho` by one sparse solve of :math:`(\mathbf I - (1-p)\mathbf P^\top)\rho = \frac{p}{N}\mathbf 1`.
+    r"""Exact PageRank :math:`\rho` by one sparse solve of
+    :math:`(\mathbf I - (1-p)\mathbf P^\top)\rho = \frac{p}{N}\mathbf 1`.
 
     :param graph: Graph without isolated nodes.
     :param p_halt: Termination (teleport) probability.

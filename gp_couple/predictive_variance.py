@@ -110,7 +110,8 @@ def _orthonormal(block: Tensor, basis: list[Tensor]) -> Tensor:
 
 
 def _lanczos_variance(train_covariance: LinearOperator, cross: LinearOperator, prior_diagonal: Tensor,
-                      noise_floor: float, tolerance: float, generator: torch.Generator) -> tuple[Tensor, VarianceEstimate]:
+                      noise_floor: float, tolerance: float,
+                      generator: torch.Generator) -> tuple[Tensor, VarianceEstimate]:
     """Variances from a growing block Krylov subspace of the (unbatched) training covariance."""
     size = train_covariance.shape[-1]
     dtype = train_covariance.dtype

@@ -1,20 +1,24 @@
-r"""Progress bars for long work: shown on a terminal, silent everywhere else.
+r"""Progress of long work: a bar on a terminal, a log line now and then everywhere else.
 
 Long loops in the library (training, :math:`\sigma`-coupling fits, experiment repeats)
-iterate through :func:`progress`, a thin wrapper around :class:`tqdm.tqdm` that draws a
-bar on standard error **only** when
+iterate through :func:`progress`, which reports in one of two ways:
 
-* standard error is a terminal (``tqdm``'s ``disable=None`` rule: a pipe, a file, a
-  notebook cell's captured output or a CI log stay clean), and
-* progress bars are switched on, which they are by default; switch them off for a
-  block of code with the context manager :func:`progress_bars`::
+* on a terminal (standard error is a TTY), a :class:`tqdm.tqdm` bar, transient;
+* anywhere else (a pipe, a file, a notebook cell's captured output, a CI log), a line
+  through :mod:`logging` (logger ``gp_couple.progress``, level INFO) at most every
+  :data:`LOG_INTERVAL` seconds, so long runs leave their progress in the log. A program
+  that does not configure logging at INFO sees nothing (Python's default handler shows
+  warnings only); the ``gp-couple`` command line logs INFO to standard error.
+
+Both are on by default; switch them off for a block of code with the context manager
+:func:`progress_bars`::
 
       from gp_couple.progress import progress_bars
 
       with progress_bars(False):      # e.g. inside a larger application with its own UI
           fit_gp(model, likelihood, iterations=1000)
 
-  The ``gp-couple`` command line does this for ``--quiet``.
+The ``gp-couple`` command line does this for ``--quiet``.
 
 Like :mod:`gp_couple.settings`, the switch is a context manager restored on exit (also
 when an exception escapes); it is a :class:`contextvars.ContextVar`, so threads and
@@ -26,12 +30,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import sys
-from typing import Iterable, Iterator, TypeVar
+import time
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
-__all__ = ["progress", "progress_bars", "progress_enabled"]
+__all__ = ["LOG_INTERVAL", "progress", "progress_bars", "progress_enabled"]
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+#: Seconds between two progress lines in a log (standard error not a terminal).
+LOG_INTERVAL = 30.0
 
 _ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("gp_couple_progress_bars", default=True)
 
@@ -55,28 +66,50 @@ def progress_bars(enabled: bool = True) -> Iterator[None]:
 
 def progress_enabled() -> bool:
     """Whether a bar would be drawn now: switched on and standard error is a terminal."""
-    if not _ENABLED.get():
-        return False
+    return _ENABLED.get() and _stderr_is_a_terminal()
+
+
+def _stderr_is_a_terminal() -> bool:
     isatty = getattr(sys.stderr, "isatty", None)
     return bool(isatty and isatty())
 
 
 def progress(iterable: Iterable[T], *, description: str, total: int | None = None,
              unit: str = "it") -> Iterable[T]:
-    """Iterate over ``iterable``, drawing a progress bar on a terminal (see the module docstring).
+    """Iterate over ``iterable``, reporting progress (see the module docstring).
 
     Bars are transient (``leave=False``): nested loops show one line each while they run
-    and leave the terminal clean for the results.
+    and leave the terminal clean for the results. Log lines say how many items are done,
+    of how many, and for how long the loop has run.
 
     :param iterable: What to iterate over.
-    :param description: Short label shown before the bar (e.g. ``"training"``).
+    :param description: Short label shown before the bar or at the start of the line
+        (e.g. ``"training"``).
     :param total: Number of items when ``iterable`` has no ``len``.
     :param unit: Name of one item (``"step"``, ``"repeat"``, ...).
     :return: An iterable yielding the same items in the same order.
     """
-    if not progress_enabled():
+    if not _ENABLED.get():
         return iterable
-    from tqdm import tqdm  # imported only when a bar is actually drawn
+    if _stderr_is_a_terminal():
+        from tqdm import tqdm  # imported only when a bar is actually drawn
 
-    return tqdm(iterable, desc=description, total=total, unit=unit, leave=False,
-                file=sys.stderr, dynamic_ncols=True)
+        return tqdm(iterable, desc=description, total=total, unit=unit, leave=False,
+                    file=sys.stderr, dynamic_ncols=True)
+    if not logger.isEnabledFor(logging.INFO):
+        return iterable
+    if total is None and hasattr(iterable, "__len__"):
+        total = len(iterable)  # type: ignore[arg-type]
+    return _logged(iterable, description, total, unit)
+
+
+def _logged(iterable: Iterable[T], description: str, total: int | None, unit: str) -> Iterator[T]:
+    start = last = time.monotonic()
+    of = "" if total is None else f"/{total}"
+    for done, item in enumerate(iterable, 1):
+        yield item  # resumed when the caller has finished with the item
+        now = time.monotonic()
+        if now - last >= LOG_INTERVAL:
+            logger.info("%s: %d%s %s%s done (%.0f s)", description, done, of, unit, "s" if done > 1 else "",
+                        now - start)
+            last = now

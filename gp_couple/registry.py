@@ -46,7 +46,8 @@ name, e.g. a re-run notebook cell), which replaces it.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, TypeVar, overload
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 __all__ = ["Registry", "Registered", "check_description_fields", "check_json_value", "json_type_name",
            "MAX_JSON_DEPTH"]

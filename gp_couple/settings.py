@@ -59,8 +59,9 @@ import contextlib
 import math
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Iterator
+from typing import Any
 
 import gpytorch
 from linear_operator.settings import _value_context
@@ -113,7 +114,7 @@ class GRFGPSettings:
         (:class:`preconditioner_pivot_reuse`).
     """
 
-    max_cholesky_size: int = 500
+    max_cholesky_size: int = 2048
     cg_tolerance: float = 0.01
     eval_cg_tolerance: float = 0.001
     max_cg_iterations: int = 2000

@@ -25,8 +25,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gp_couple"
 #: Upstream first. Entries are module names relative to ``gp_couple``; a name ending in
 #: ``.*`` covers a package and everything in it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("_checks", "_random", "_counter_random", "_deprecation", "_files", "registry", "settings", "optimize",
-                    "progress", "plotting", "devices")),
+    ("foundation", ("_checks", "_random", "_counter_random", "_deprecation", "_files", "registry", "settings",
+                    "optimize", "progress", "plotting", "devices")),
     ("graphs", ("graphs",)),
     ("datasets", ("datasets.*",)),
     ("kernel families", ("kernel_families", "modulation")),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gp_couple.cli import COMMANDS, build_parser, error_line, main
+from gp_couple.cli import COMMANDS, as_typed, build_parser, error_line, main
 
 
 def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
@@ -29,6 +29,24 @@ def test_top_level_help_imports_no_heavy_module() -> None:
         assert name in result.stdout
 
 
+def test_command_help_and_argument_errors_import_no_torch() -> None:
+    # python -X importtime lists every module the interpreter imported, on stderr.
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "gp_couple", "demo", "--help"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "--train-iterations" in result.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "gp_couple.cli" in imported and not {"torch", "gpytorch", "numba"} & imported
+    # Every command's --help, and an argument error, in one interpreter.
+    code = ("import sys\nfrom gp_couple.cli import COMMANDS, main\n"
+            "for name in COMMANDS:\n"
+            "    for argv in ([name, '--help'], [name, '--seed', '-1']):\n"
+            "        try:\n            main(argv)\n        except SystemExit:\n            pass\n"
+            "print(sorted(m for m in ('torch', 'gpytorch', 'numba', 'scipy') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip().endswith("[]"), result.stdout[-500:] + result.stderr[-2000:]
+    assert result.stderr.count("error: argument --seed") == len(COMMANDS)
+
+
 def test_every_option_has_help_and_descriptions_are_plain_text() -> None:
     parsers = subcommand_parsers()
     assert set(parsers) == set(COMMANDS)
@@ -42,9 +60,9 @@ def test_every_option_has_help_and_descriptions_are_plain_text() -> None:
 
 def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        main(["demo", "--help"])
+        main(["grf-gram", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "(default: 16 32 64)" in text and "(default: 300)" in text and "example:" in text
+    assert "(default: 2 16)" in text and "(default: 30)" in text and "example:" in text
 
 
 def test_os_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,7 +75,7 @@ def test_os_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 @pytest.mark.parametrize("argv, option", [
-    (["mesh", "--learning-rate", "nan"], "--learning-rate"),
+    (["mesh", "--lr", "nan"], "--lr"),
     (["demo", "--seed", "-1"], "--seed"),
     (["grf-gram", "--repeats", "0"], "--repeats"),
     (["traffic", "--train-iterations", "-5"], "--train-iterations"),
@@ -66,7 +84,7 @@ def test_os_error_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     (["grf-gram", "--repeats", "1000000000000"], "--repeats: expected at most"),
     (["attention", "--draws", "1000000000000"], "--draws: expected at most"),
     (["pagerank", "--walkers", "1000000000000"], "--walkers: expected at most"),
-    (["copula-learning", "--steps", "1000000000000"], "--steps: expected at most"),
+    (["copula-learning", "--iterations", "1000000000000"], "--iterations: expected at most"),
     (["kernel-estimation", "--dataset", "boston", "--splits", "1000000000000"], "--splits: expected at most"),
     (["traffic-nuts", "--max-tree-depth", "100"], "--max-tree-depth: expected at most"),
 ])
@@ -106,6 +124,20 @@ def test_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     assert "interrupted" in capsys.readouterr().err
 
 
+def test_errors_name_options_as_typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("GP_COUPLE_DATA", raising=False)
+    assert main(["kernel-estimation", "--dataset", "boston"]) == 2
+    err = capsys.readouterr().err
+    assert "pass --data-dir=... or set the environment variable GP_COUPLE_DATA" in err and "data_dir" not in err
+    missing = tmp_path / "data_dir" / "nowhere"  # a path is left as it is
+    assert main(["copula-learning", "--data-dir", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing} (from --data-dir) does not exist" in err
+    assert as_typed("max_train and rff_lengthscale, seed", {"max_train": "--max-train", "seed": "--seed"}) == \
+        "--max-train and rff_lengthscale, seed"
+
+
 def test_error_line() -> None:
     assert error_line(FileNotFoundError(2, "No such file or directory", "/x/y")) == \
         "No such file or directory: /x/y"
@@ -120,7 +152,6 @@ def test_threads_option_bounds_the_run_and_restores_the_pools(monkeypatch: pytes
 
     seen: list[int] = []
     monkeypatch.setattr(grf_gram, "run", lambda args: seen.append(torch.get_num_threads()) or {})
-    monkeypatch.setattr(grf_gram, "emit", lambda *args, **kwargs: None)
     before = torch.get_num_threads()
     assert main(["grf-gram", "--graph", "grid:3x3", "--threads", "1"]) == 0
     assert seen == [1] and torch.get_num_threads() == before
@@ -198,7 +229,6 @@ def test_huge_thread_counts_are_capped_at_the_cpus(monkeypatch: pytest.MonkeyPat
 
     seen: list[int] = []
     monkeypatch.setattr(grf_gram, "run", lambda args: seen.append(torch.get_num_threads()) or {})
-    monkeypatch.setattr(grf_gram, "emit", lambda *args, **kwargs: None)
     with pytest.warns(RuntimeWarning, match="more than the .* CPUs"):
         assert main(["grf-gram", "--graph", "grid:3x3", "--threads", "100000"]) == 0
     assert seen == [available_cpus()]

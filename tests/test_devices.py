@@ -22,9 +22,9 @@ from gp_couple.couplings import get_frequency_coupling, normal_to_chi
 from gp_couple.devices import resolve_device
 from gp_couple.exact import exact_kernel_matrix, normalized_adjacency_eigh
 from gp_couple.graphs import grid_graph
+from gp_couple.kernel_families import Diffusion
 from gp_couple.kernels import CoupledRFFKernel, CoupledRLFKernel, ExactGraphKernel, GRFKernel
 from gp_couple.models import GraphGP, fit_gp, predict
-from gp_couple.kernel_families import Diffusion
 
 GRAPH = grid_graph(6, 6)
 TRAIN = np.arange(0, 36, 3)

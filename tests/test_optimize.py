@@ -8,7 +8,7 @@ import gpytorch
 import pytest
 import torch
 
-from gp_couple import Convergence, GRFKernel, GraphGP, fit_gp
+from gp_couple import Convergence, GraphGP, GRFKernel, fit_gp
 from gp_couple.graphs import grid_graph
 from gp_couple.optimize import TrainingHistory, TrainingWarning, minimize
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from gp_couple import Diffusion, ExactGraphKernel, GRFKernel, GraphGP, grf_gp_settings, predict
+from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, grf_gp_settings, predict
 from gp_couple.graphs import grid_graph
 from gp_couple.kernels.matrix_free import MatrixFreeGraphKernel
 from gp_couple.predictive_variance import DENSE_VARIANCE_SIZE, VarianceEstimate, posterior_variance

@@ -90,3 +90,25 @@ def test_bad_seeds_are_refused_before_the_block() -> None:
     with pytest.raises(TypeError, match="seed must be"):
         with seeded_torch_rng("0"):  # type: ignore[arg-type]
             pass
+
+
+# ------------------------------------------------------------------ seed=None: torch's global generator
+def test_none_draws_from_torchs_global_generator() -> None:
+    from gp_couple._random import as_numpy_generator, draw_seed
+
+    torch.manual_seed(0)
+    first = (draw_seed(None), as_numpy_generator(None).random())
+    torch.manual_seed(0)
+    assert (draw_seed(None), as_numpy_generator(None).random()) == first
+    assert draw_seed(None) != first[0]  # the global generator advanced
+    with seeded_torch_rng(3):  # inside a seeded block, None draws that block's numbers
+        inside = draw_seed(None)
+    with seeded_torch_rng(3):
+        assert draw_seed(None) == inside
+
+
+def test_int_seeds_give_the_streams_they_always_gave() -> None:
+    from gp_couple._random import as_numpy_generator, draw_seed
+
+    assert draw_seed(0) == 7896617691693857887 and draw_seed(123) == 6385012903588405883
+    assert as_numpy_generator(7).random() == 0.625095466604667

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import gpytorch
-import torch
 import pytest
+import torch
 
-from gp_couple.settings import preconditioner_pivot_reuse
-from gp_couple.settings import GRFGPSettings, grf_gp_settings
+from gp_couple.settings import GRFGPSettings, grf_gp_settings, preconditioner_pivot_reuse
 
 SETTINGS = {
     "max_cholesky_size": gpytorch.settings.max_cholesky_size,

@@ -1,4 +1,5 @@
-"""Tutorial: choosing a coupling, a neighbour proposal and a walker budget for a new graph.
+"""Choosing a coupling, a neighbour proposal and a walker budget for a new graph
+=============================================================================
 
 Run: ``python tutorials/choosing_a_coupling.py`` (full mode; ``--quick`` is the smoke run CI
 uses; ``benchmarks/RESULTS.md`` has the measured times). Figures go to ``--output``
@@ -23,7 +24,9 @@ A choice is kept only when it beats the alternative by more than two standard er
 otherwise the simpler option wins. Use the same recipe on your own graph: replace step 1.
 """
 
-# %% Imports
+# %%
+# Imports
+# -------
 from __future__ import annotations
 
 import argparse
@@ -35,10 +38,10 @@ import numpy as np
 import torch
 
 from gp_couple import Diffusion, Graph
-from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.evaluation import relative_frobenius_error
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.plotting import plot_metric_bars, plot_metric_curves
 
 parser = argparse.ArgumentParser(description="Choose a coupling, proposal and walker budget for a graph.")
@@ -51,7 +54,10 @@ args = parser.parse_args()
 nodes, repeats = (120, 6) if args.quick else (400, 40)
 P_HALT, WALKERS = 0.3, 8
 
-# %% 1. The new graph and the reference kernel
+# %%
+# 1. The new graph and the reference kernel
+# -----------------------------------------
+#
 # A sensor network: nodes scattered in the unit square, linked when closer than a radius,
 # with weights that fall off with distance, so some links are much stronger than others
 # (on such uneven weights the neighbour proposal matters most).
@@ -77,7 +83,8 @@ def measure(label: str, walkers: int = WALKERS, **options) -> dict:
         seconds.append(time.perf_counter() - start)
         errors.append(relative_frobenius_error(exact, phi @ phi.T))
     errors = np.asarray(errors)
-    row = {"setting": label, "walkers": walkers, "error": {"mean": errors.mean(), "se": errors.std(ddof=1) / np.sqrt(repeats)},
+    row = {"setting": label, "walkers": walkers,
+           "error": {"mean": errors.mean(), "se": errors.std(ddof=1) / np.sqrt(repeats)},
            "seconds": float(np.median(seconds))}
     print(f"  {label:<32} m={walkers:<3} error {row['error']['mean']:.3f} ± {row['error']['se']:.3f}, "
           f"{1e3 * row['seconds']:.1f} ms per draw")
@@ -91,7 +98,10 @@ def clearly_better(candidate: dict, baseline: dict) -> bool:
 
 
 rows = []
-# %% 2. Neighbour proposal
+# %%
+# 2. Neighbour proposal
+# ---------------------
+#
 # "uniform" picks any neighbour with probability 1/degree and corrects by an importance
 # weight; "weighted" picks in proportion to the edge weight, so the corrections cancel.
 print(f"2. proposal ({WALKERS} i.i.d. walkers, p_halt {P_HALT}):")
@@ -101,7 +111,10 @@ rows += [uniform, weighted]
 proposal = "weighted" if clearly_better(weighted, uniform) else "uniform"
 print(f"  -> proposal: {proposal}")
 
-# %% 3. Length coupling
+# %%
+# 3. Length coupling
+# ------------------
+#
 # The sigma-coupling is fitted for this kernel and p_halt on a small Erdős–Rényi graph
 # (a one-off cost, reported below; save it with .save() and reuse it).
 start = time.perf_counter()
@@ -118,7 +131,10 @@ for name in ("antithetic", "sigma"):
 coupling = sigma if coupling_name == "sigma" else coupling_name
 print(f"  -> coupling: {coupling_name}")
 
-# %% 4. Directions
+# %%
+# 4. Directions
+# -------------
+#
 # Repelling walkers of one node take different neighbours where they can, exploring
 # more of the graph per walker.
 print("4. directions:")
@@ -132,7 +148,10 @@ figure = plot_metric_bars(rows, args.output / "choices.png", category="setting",
                           title=f"{graph.num_nodes}-node geometric graph, {WALKERS} walkers per node")
 print(f"wrote {figure}")
 
-# %% 5. Walker budget
+# %%
+# 5. Walker budget
+# ----------------
+#
 # Error falls like 1/sqrt(m) for every scheme; the question is how many walkers each
 # scheme needs for the accuracy you want, and what that costs in time.
 print(f"5. walker budget for a Gram error below {args.target_error}:")

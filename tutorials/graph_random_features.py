@@ -1,4 +1,5 @@
-"""Tutorial: graph random features and walk-length couplings.
+"""Graph random features and walk-length couplings
+===============================================
 
 Run: ``python tutorials/graph_random_features.py`` (full mode; ``--quick`` is the smoke run
 CI uses; ``benchmarks/RESULTS.md`` has the measured times of both). Figures go to
@@ -15,7 +16,9 @@ What you will learn, step by step:
 4. how to write your own coupling and check that it stays unbiased.
 """
 
-# %% Imports
+# %%
+# Imports
+# -------
 from __future__ import annotations
 
 import argparse
@@ -34,10 +37,10 @@ from gp_couple.couplings import (
     SigmaCoupling,
     geometric_quantile,
 )
-from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.evaluation import relative_frobenius_error
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.kernel_families import RegularisedLaplacian
 from gp_couple.plotting import plot_gram_error_vs_p_halt, plot_metric_curves
 
@@ -49,7 +52,10 @@ args = parser.parse_args()
 repeats = 8 if args.quick else 100
 fit_samples = 20 if args.quick else 100
 
-# %% 1. A graph and a kernel
+# %%
+# 1. A graph and a kernel
+# -----------------------
+#
 # Any networkx graph, scipy sparse matrix, edge list or trimesh mesh becomes a `Graph`
 # (weights too: pass weight="weight"). Here: the co-appearance network of Les Misérables.
 graph = Graph.from_networkx(nx.les_miserables_graph(), weight=None)
@@ -82,7 +88,10 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"mean": float(array.mean()), "se": float(array.std(ddof=1) / np.sqrt(array.size))}
 
 
-# %% 2. Couplings reduce the error at no extra cost
+# %%
+# 2. Couplings reduce the error at no extra cost
+# ----------------------------------------------
+#
 # With two walkers per node, i.i.d. lengths are the baseline. Antithetic termination
 # makes one walker long when the other is short. A sigma-coupling pairs the walkers'
 # length quantiles by a permutation sigma fitted by optimal transport (a linear
@@ -117,7 +126,10 @@ figure = plot_metric_curves(budget_rows, args.output / "gram_error_vs_walkers.pn
                             title="Gram error against walkers per node (p_halt = 0.5)")
 print(f"wrote {figure}")
 
-# %% 3. Save a fitted coupling and use it elsewhere
+# %%
+# 3. Save a fitted coupling and use it elsewhere
+# ----------------------------------------------
+#
 # A sigma-coupling is a permutation plus provenance; it round-trips through JSON.
 with tempfile.TemporaryDirectory() as directory:
     path = Path(directory) / "sigma_p0.5.json"
@@ -127,7 +139,10 @@ with tempfile.TemporaryDirectory() as directory:
     print(f"saved and reloaded {reloaded} (fitted cost {reloaded.metadata['cost']:.1f})")
 
 
-# %% 4. Your own coupling
+# %%
+# 4. Your own coupling
+# --------------------
+#
 # A coupling only has to give each walker a geometric length: then every walker's
 # estimate is unbiased, whatever the dependence between walkers. Subclassing
 # PairedWalkLengthCoupling, we draw a pair of lengths from one uniform u: one walker

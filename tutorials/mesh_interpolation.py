@@ -1,4 +1,5 @@
-"""Tutorial: a GRF Gaussian process on a mesh, in plain GPyTorch.
+"""A GRF Gaussian process on a mesh, in plain GPyTorch
+===================================================
 
 Run: ``python tutorials/mesh_interpolation.py`` (full mode; ``--quick`` is the smoke run CI
 uses; ``benchmarks/RESULTS.md`` has the measured times). Figures go to ``--output``
@@ -17,7 +18,9 @@ holding out 5 % of the faces. The steps:
 5. save and reload the model.
 """
 
-# %% Imports
+# %%
+# Imports
+# -------
 from __future__ import annotations
 
 import argparse
@@ -28,9 +31,9 @@ import numpy as np
 import torch
 
 from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, fit_gp, grf_gp_settings, predict
-from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.datasets import default_mesh, load_mesh, split_test_nodes
 from gp_couple.evaluation import nlpd, rmse
+from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.plotting import plot_mesh_posterior, plot_metric_curves, plot_training_curves
 
 parser = argparse.ArgumentParser(description="A GRF Gaussian process on a mesh.")
@@ -41,7 +44,10 @@ parser.add_argument("--output", type=Path, default=Path("tutorial_figures/mesh_i
 args = parser.parse_args()
 iterations = 5 if args.quick else 200
 
-# %% Data: faces are nodes, the target is the z-component of each face normal
+# %%
+# Data: faces are nodes, the target is the z-component of each face normal
+# ------------------------------------------------------------------------
+#
 # Two faces are neighbours when they share an edge. The built-in mesh is a bumpy
 # icosphere (1280 faces), so no download is needed.
 mesh = default_mesh() if args.mesh is None else load_mesh(args.mesh)
@@ -51,7 +57,10 @@ all_faces = np.arange(graph.num_nodes)
 print(f"{mesh.name}: {graph.num_nodes} faces, {train.size} train, {test.size} test")
 
 
-# %% 1. A GRF-GP is an ordinary GPyTorch ExactGP
+# %%
+# 1. A GRF-GP is an ordinary GPyTorch ExactGP
+# -------------------------------------------
+#
 # GraphGP takes node indices as inputs. GRFKernel samples its walks once, at
 # construction, for the nodes it will ever see (`nodes=`); training then only changes
 # the modulation function, i.e. the kernel's hyperparameters, not the walks.
@@ -72,9 +81,14 @@ kernel = model.covar_module
 print(f"trained: loss {losses[0]:.3f} -> {losses[-1]:.3f}, gamma={kernel.base_kernel.kernel_family.gamma.item():.3f}, "
       f"outputscale={kernel.outputscale.item():.3f}, noise={model.likelihood.noise.item():.4f}")
 print(f"GRF-GP (8 iid walkers): RMSE {rmse(mean, targets[test]):.4f}, NLPD {nlpd(mean, variance, targets[test]):.3f}")
-print(f"wrote {plot_training_curves({'GRF-GP, 8 i.i.d. walkers': losses}, args.output / 'training.png', ylabel='negative log marginal likelihood per point')}")
+figure = plot_training_curves({"GRF-GP, 8 i.i.d. walkers": losses}, args.output / "training.png",
+                              ylabel="negative log marginal likelihood per point")
+print(f"wrote {figure}")
 
-# %% 2. Look at the posterior on the mesh
+# %%
+# 2. Look at the posterior on the mesh
+# ------------------------------------
+#
 # Predict at every face: the mean should reproduce the normals' pattern, and the
 # standard deviation should be smallest on training faces and larger on the held-out
 # (outlined) ones.
@@ -85,7 +99,10 @@ figure = plot_mesh_posterior(mesh.mesh.vertices, mesh.mesh.faces, targets, mean_
                              title=f"{mesh.name}: GRF-GP posterior (8 i.i.d. walkers per face)")
 print(f"wrote {figure}")
 
-# %% 3. The exact GP with the same hyperparameters, for reference (dense: small graphs only)
+# %%
+# 3. The exact GP with the same hyperparameters, for reference (dense: small graphs only)
+# ---------------------------------------------------------------------------------------
+#
 # ExactGraphKernel has the same hyperparameter names, so the trained state loads into it.
 exact = make_model(ExactGraphKernel(graph, Diffusion()))
 exact.load_state_dict(model.state_dict(), strict=False)
@@ -94,7 +111,10 @@ with grf_gp_settings():
 print(f"exact GP:               RMSE {rmse(exact_mean, targets[test]):.4f}, "
       f"NLPD {nlpd(exact_mean, exact_variance, targets[test]):.3f}")
 
-# %% 4. Coupled walkers: same hyperparameters, fresh walks, coupled lengths
+# %%
+# 4. Coupled walkers: same hyperparameters, fresh walks, coupled lengths
+# ----------------------------------------------------------------------
+#
 # resample() draws new walks in place. The sigma-coupling is fitted for the trained
 # kernel (order 50, as in the paper's GP experiments).
 sigma = fit_sigma_coupling(kernel.base_kernel.kernel_family, p_halt=0.4, order=50,
@@ -115,10 +135,13 @@ figure = plot_metric_curves(rows, args.output / "metrics_vs_walkers.png", x="wal
                             title=f"{mesh.name}: one draw of walks per point")
 print(f"wrote {figure}")
 
-# %% 5. Saving and reloading: the walks are buffers, so predictions are identical
+# %%
+# 5. Saving and reloading: the walks are buffers, so predictions are identical
+# ----------------------------------------------------------------------------
 state = model.state_dict()
 fresh = make_model(GRFKernel(graph, num_walkers=8, p_halt=0.4, kernel_family=Diffusion(), nodes=all_faces))
 fresh.load_state_dict(state)
 with grf_gp_settings():
-    assert torch.equal(predict(fresh, fresh.likelihood, test, seed=0)[0], predict(model, model.likelihood, test, seed=0)[0])
+    assert torch.equal(predict(fresh, fresh.likelihood, test, seed=0)[0],
+                       predict(model, model.likelihood, test, seed=0)[0])
 print("reloaded model predicts identically")

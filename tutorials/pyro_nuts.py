@@ -1,4 +1,7 @@
-"""Tutorial: fully Bayesian GRF-GP hyperparameters with Pyro NUTS (:mod:`gp_couple.bayes`).
+"""Fully Bayesian GRF-GP hyperparameters with Pyro NUTS
+====================================================
+
+The hyperparameters' posterior with :mod:`gp_couple.bayes`.
 
 Run: ``python tutorials/pyro_nuts.py`` (a few minutes on 2 cores; ``--quick`` for a smoke run).
 
@@ -11,7 +14,9 @@ Run: ``python tutorials/pyro_nuts.py`` (a few minutes on 2 cores; ``--quick`` fo
 4. The same GRF kernel also plugs into ``pyro.contrib.gp`` models (``PyroGRFKernel``).
 """
 
-# %% Imports
+# %%
+# Imports
+# -------
 from __future__ import annotations
 
 import argparse
@@ -35,7 +40,9 @@ args = parser.parse_args()
 nuts_settings = (dict(num_samples=4, warmup_steps=8, max_tree_depth=3) if args.quick
                  else dict(num_samples=100, warmup_steps=100))
 
-# %% A small graph with a smooth signal observed at half of its nodes
+# %%
+# A small graph with a smooth signal observed at half of its nodes
+# ----------------------------------------------------------------
 graph = grid_graph(8, 8)
 rows, cols = np.divmod(np.arange(64), 8)
 signal = np.sin(rows / 2.5) * np.cos(cols / 3.0)
@@ -44,7 +51,10 @@ train = np.sort(rng.choice(64, 32, replace=False))
 test = np.setdiff1d(np.arange(64), train)
 y = signal[train] + 0.05 * rng.normal(size=train.size)
 
-# %% Priors on every hyperparameter NUTS should sample
+# %%
+# Priors on every hyperparameter NUTS should sample
+# -------------------------------------------------
+#
 # NUTS draws values anywhere in a prior's support. A Gamma noise prior lives on (0, inf),
 # so the noise needs a Positive() constraint: gpytorch's default GreaterThan(1e-4) cannot
 # represent draws below 1e-4, and run_nuts refuses that combination with a ValueError.
@@ -63,13 +73,17 @@ try:
 except ValueError as error:
     print(f"mismatched prior refused: {str(error)[:90]}...")
 
-# %% A marginal-likelihood estimate: the point estimate, and where the chain starts
+# %%
+# A marginal-likelihood estimate: the point estimate, and where the chain starts
+# ------------------------------------------------------------------------------
 with exact_potential_settings(train.size):
     fit_gp(model, likelihood, iterations=20 if args.quick else 200, lr=0.05, seed=0)
 point = posterior_predictive(model, test)
 print(f"point estimate: test RMSE {rmse(point.mean.numpy(), signal[test]):.4f}")
 
-# %% NUTS over (outputscale, gamma, noise)
+# %%
+# NUTS over (outputscale, gamma, noise)
+# -------------------------------------
 result = run_nuts(model, seed=0, **nuts_settings)
 diagnostics = result.diagnostics
 for site in diagnostics.sites:
@@ -79,14 +93,18 @@ gamma = result.samples["covar_module.base_kernel.kernel_family.gamma_prior"].res
 print(f"posterior gamma: {gamma.mean():.3f} ± {gamma.std():.3f} ({gamma.numel()} draws, "
       f"{sum(diagnostics.divergences)} divergences, {diagnostics.total_wall_time:.1f} s)")
 
-# %% Predict with every draw at once: the hyperparameters become a batch sharing one set of walks
+# %%
+# Predict with every draw at once: the hyperparameters become a batch sharing one set of walks
+# --------------------------------------------------------------------------------------------
 load_samples(model, result)
 predictive = posterior_predictive(model, test)
 print(f"Bayesian model average on {test.size} held-out nodes: RMSE "
       f"{rmse(predictive.mean.numpy(), signal[test]):.4f}, NLPD {predictive.nlpd(signal[test]):.3f} "
       f"(mixture of {predictive.num_draws} Gaussians)")
 
-# %% The same GRF kernel in pyro.contrib.gp: GPRegression with a prior on gamma
+# %%
+# The same GRF kernel in pyro.contrib.gp: GPRegression with a prior on gamma
+# --------------------------------------------------------------------------
 pyro.clear_param_store()
 pyro_kernel = PyroGRFKernel(graph, num_walkers=32, p_halt=0.4, coupling="antithetic", seed=0)
 pyro_kernel.gamma = pyro.nn.PyroSample(pyro.distributions.Gamma(3.0, 2.0))

@@ -1,4 +1,5 @@
-"""Tutorial: sparse-spectrum Gaussian processes with coupled random Fourier features.
+"""Sparse-spectrum Gaussian processes with coupled random Fourier features
+=======================================================================
 
 A GP whose kernel is estimated by ``m`` random Fourier features is a Bayesian linear
 model in ``2m`` features (Lázaro-Gredilla et al. 2010): with gpytorch's ``ExactGP`` and
@@ -51,7 +52,10 @@ from gp_couple.kernels import CoupledRFFKernel
 from gp_couple.plotting import plot_metric_bars, plot_training_curves
 
 
-# %% 1. A sparse-spectrum GP is an ordinary gpytorch ExactGP: only the kernel changes.
+# %%
+# 1. A sparse-spectrum GP is an ordinary gpytorch ExactGP: only the kernel changes.
+# ---------------------------------------------------------------------------------
+#
 # The coupling decides how the m frequencies are drawn jointly: "iid" (independent
 # Gaussian), "orthogonal" (orthogonal directions, chi norms) or "pnc" (orthogonal
 # directions whose norms are pairwise coupled to be negatively correlated).
@@ -68,7 +72,9 @@ class SparseSpectrumGP(gpytorch.models.ExactGP):
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
 
-# %% 2. Data: a UCI regression dataset, or a synthetic one when no data is available
+# %%
+# 2. Data: a UCI regression dataset, or a synthetic one when no data is available
+# -------------------------------------------------------------------------------
 def load_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, str]:
     """UCI data when a dataset is named (or a data directory is available), else synthetic data."""
     if args.dataset != "synthetic":
@@ -94,7 +100,9 @@ def split_and_standardise(x: np.ndarray, y: np.ndarray, seed: int) -> tuple[torc
     return tuple(torch.as_tensor(t, dtype=torch.float64) for t in tensors)
 
 
-# %% 3. Training, prediction and the Gram-matrix error
+# %%
+# 3. Training, prediction and the Gram-matrix error
+# -------------------------------------------------
 def train(model: SparseSpectrumGP, steps: int, learning_rate: float) -> tuple[float, list[float]]:
     """Type-II maximum likelihood with Adam; returns the seconds it took and the losses."""
     model.train()
@@ -122,7 +130,7 @@ def gram_error(model: SparseSpectrumGP, x: torch.Tensor) -> float:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, float | str]]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--dataset", default=None,
                         help="UCI dataset name or 'synthetic' (default: boston if data is available)")
     parser.add_argument("--data-dir", default=None, help="data directory (default $GP_COUPLE_DATA)")

@@ -1,4 +1,5 @@
-"""Tutorial: swap gpytorch's RBF or RFF kernel for a coupled RFF kernel in an existing ExactGP.
+"""Swap gpytorch's RBF or RFF kernel for a coupled RFF kernel in an existing ExactGP
+=================================================================================
 
 Run: ``python tutorials/swap_rff_kernel.py`` (full mode, UCI ``kin8nm``; ``--quick`` is the
 smoke run CI uses; ``benchmarks/RESULTS.md`` has the measured times). Data come from
@@ -21,7 +22,9 @@ returns a low-rank ``LinearOperator``, so gpytorch's Woodbury solves and its fas
 predictive caches work as with ``RFFKernel``.
 """
 
-# %% Imports
+# %%
+# Imports
+# -------
 from __future__ import annotations
 
 import argparse
@@ -52,7 +55,9 @@ args = parser.parse_args()
 if args.quick:
     args.train_points, args.steps, args.num_features = 200, 5, 16
 
-# %% Data: a random train/test split, standardised with training statistics
+# %%
+# Data: a random train/test split, standardised with training statistics
+# ----------------------------------------------------------------------
 x, y = load_uci(args.dataset, data_dir=args.data_dir)
 order = np.random.default_rng(0).permutation(len(x))
 train, test = order[:args.train_points], order[args.train_points:args.train_points + 1000]
@@ -64,7 +69,9 @@ dim = x.shape[1]
 print(f"{args.dataset}: {len(train)} training / {len(test)} test points, d = {dim}, m = {args.num_features}")
 
 
-# %% Your existing model: only `base_kernel` will change
+# %%
+# Your existing model: only `base_kernel` will change
+# ---------------------------------------------------
 class RegressionGP(gpytorch.models.ExactGP):
     def __init__(self, base_kernel: gpytorch.kernels.Kernel) -> None:
         super().__init__(x_train, y_train, gpytorch.likelihoods.GaussianLikelihood())
@@ -89,7 +96,9 @@ kernels = {
 }
 
 
-# %% Train, predict and time every variant the same way
+# %%
+# Train, predict and time every variant the same way
+# --------------------------------------------------
 def train_and_evaluate(model: RegressionGP) -> dict[str, float | list[float]]:
     model = model.double()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
@@ -118,7 +127,10 @@ for name, make_kernel in kernels.items():
     curves[name] = result.pop("losses")
     rows.append({"kernel": name, **result})
 
-# %% Compare: accuracy in the targets' units, time on this machine
+# %%
+# Compare: accuracy in the targets' units, time on this machine
+# -------------------------------------------------------------
+#
 # Expect the coupled kernels to train as fast as RFFKernel (same O(N m^2) algebra) and
 # PNC / orthogonal frequencies to sit closer to the exact RBF GP than i.i.d. ones,
 # especially in NLPD; the exact GP is the accuracy reference and the slowest to train.

@@ -1,4 +1,5 @@
-"""Tutorial: traffic-speed regression on a road graph, end to end.
+"""Traffic-speed regression on a road graph, end to end
+====================================================
 
 Run: ``python tutorials/traffic_regression.py`` (full mode; ``--quick`` is the smoke run CI
 uses; ``benchmarks/RESULTS.md`` has the measured times). Data come from ``--data-dir``
@@ -16,7 +17,9 @@ observed speed (Borovitskiy et al. 2021; the paper's traffic experiment). We
    does the predictive standard deviation grow away from the training sensors?
 """
 
-# %% Imports
+# %%
+# Imports
+# -------
 from __future__ import annotations
 
 import argparse
@@ -43,7 +46,10 @@ parser.add_argument("--output", type=Path, default=Path("tutorial_figures/traffi
 args = parser.parse_args()
 iterations, walkers = (5, 8) if args.quick else (300, 64)
 
-# %% 1. Data
+# %%
+# 1. Data
+# -------
+#
 # `node_lonlat` is there for maps; the graph's edge weights are inverse road-segment
 # lengths (a longer segment is a weaker link).
 data = load_traffic(args.data_dir)
@@ -57,7 +63,10 @@ print(f"{graph.num_nodes} road nodes, {graph.num_edges} edges, {data.observed_no
       f"{train_nodes.size} train / {test_nodes.size} test; mean speed {shift:.1f} mph (sd {scale:.1f})")
 
 
-# %% 2. A graph GP with a GRF kernel
+# %%
+# 2. A graph GP with a GRF kernel
+# -------------------------------
+#
 # Walks are sampled for every node (nodes=None), so the trained model can predict
 # anywhere. The graph is weighted: the default "weighted" neighbour proposal follows
 # the edge weights, which keeps the walkers' loads bounded (see
@@ -76,9 +85,13 @@ with grf_gp_settings():
 gamma = model.covar_module.base_kernel.kernel_family.gamma.item()
 print(f"trained: loss {losses[0]:.3f} -> {losses[-1]:.3f}, gamma {gamma:.2f}, "
       f"noise {model.likelihood.noise.item():.3f} (standardised units)")
-print(f"wrote {plot_training_curves({f'GRF-GP, {walkers} walkers': losses}, args.output / 'training.png', ylabel='negative log marginal likelihood per point')}")
+figure = plot_training_curves({f"GRF-GP, {walkers} walkers": losses}, args.output / "training.png",
+                              ylabel="negative log marginal likelihood per point")
+print(f"wrote {figure}")
 
-# %% 3. Predict everywhere and draw the map
+# %%
+# 3. Predict everywhere and draw the map
+# --------------------------------------
 everywhere = np.arange(graph.num_nodes)
 with grf_gp_settings():
     mean, variance = predict(model, model.likelihood, everywhere, seed=0)
@@ -100,7 +113,10 @@ figure = plot_traffic_map(data.node_lonlat, edges, data.observed_nodes, data.spe
                           title=f"San Jose: GRF-GP speeds ({walkers} walkers per node)")
 print(f"wrote {figure}")
 
-# %% 4. Is the uncertainty honest?
+# %%
+# 4. Is the uncertainty honest?
+# -----------------------------
+#
 # (a) Calibration: a well-calibrated 95 % predictive interval holds about 95 % of the
 # held-out speeds (with 75 test sensors, anything from about 88 % to 100 % is consistent).
 inside = np.abs(y_test - mean_mph[test_nodes]) <= 1.96 * std_mph[test_nodes]

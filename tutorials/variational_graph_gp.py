@@ -1,4 +1,5 @@
-"""Tutorial: node classification with a variational GP on a graph (Bernoulli likelihood).
+"""Node classification with a variational GP on a graph (Bernoulli likelihood)
+===========================================================================
 
 Run: ``python tutorials/variational_graph_gp.py`` (Cora, one subject against the rest;
 needs the data directory in ``$GP_COUPLE_DATA`` or ``--data-dir``; a few minutes), or
@@ -11,14 +12,15 @@ it twice, with the sparse graph-random-feature kernel ``GRFKernel`` and with the
 kernel ``ExactGraphKernel`` (a dense eigendecomposition), and compare test accuracy.
 """
 
-# %% Imports
+# %%
+# Imports
+# -------
 from __future__ import annotations
 
 import argparse
 
 import gpytorch
 import numpy as np
-import torch
 
 from gp_couple import Diffusion, ExactGraphKernel, GRFKernel
 from gp_couple.datasets import default_mesh, load_graph, load_node_labels
@@ -38,7 +40,9 @@ parser.add_argument("--quick", action="store_true", help="small mesh, few iterat
 parser.add_argument("--data-dir", default=None, help="data directory (default $GP_COUPLE_DATA)")
 args = parser.parse_args()
 
-# %% Data: a graph and binary node labels
+# %%
+# Data: a graph and binary node labels
+# ------------------------------------
 if args.quick:
     # Faces of a bumpy sphere (no data needed), labelled by thresholding the normal-z
     # signal at its median: two smooth regions with a ragged border.
@@ -58,14 +62,18 @@ train, test = np.sort(order[:num_train]), np.sort(order[num_train: num_train + n
 print(f"{name}: {graph.num_nodes} nodes, {train.size} train, {test.size} test, "
       f"positive fraction {labels.mean():.3f}")
 
-# %% Inducing nodes: farthest-point sampling on hop distance (deterministic)
+# %%
+# Inducing nodes: farthest-point sampling on hop distance (deterministic)
+# -----------------------------------------------------------------------
 inducing = select_inducing_nodes(graph, num_inducing, method="k-center")
 print(f"{num_inducing} k-center inducing nodes")
 # GRF walks only from the nodes the model evaluates (every forward rebuilds their features).
 needed = np.union1d(np.union1d(train, test), inducing)
 
 
-# %% The model: fixed inducing nodes, any graph kernel, a Bernoulli likelihood
+# %%
+# The model: fixed inducing nodes, any graph kernel, a Bernoulli likelihood
+# -------------------------------------------------------------------------
 def fit(base_kernel: gpytorch.kernels.Kernel) -> tuple[np.ndarray, list[float]]:
     covariance = gpytorch.kernels.ScaleKernel(base_kernel)
     # A probit classifier needs latent values of a few units: start the amplitude there.
@@ -99,7 +107,9 @@ for kind, kernel in [
           f"log loss {log_loss(probabilities):.3f}")
     results[f"{kind} accuracy"] = accuracy
 
-# %% Comparison with the exact-kernel variational GP
+# %%
+# Comparison with the exact-kernel variational GP
+# -----------------------------------------------
 grf_accuracy, exact_accuracy = results["GRF accuracy"], results["exact accuracy"]
 disagreement = float(np.mean((results["GRF"] > 0.5) != (results["exact"] > 0.5)))
 print(f"mean |p_GRF - p_exact| {np.mean(np.abs(results['GRF'] - results['exact'])):.3f}, "
@@ -108,7 +118,9 @@ within = grf_accuracy >= exact_accuracy - ACCURACY_MARGIN
 print(f"accuracy GRF {grf_accuracy:.3f} vs exact {exact_accuracy:.3f}: "
       f"{'within' if within else 'OUTSIDE'} the margin {ACCURACY_MARGIN}")
 
-# %% Inducing locations are nodes: asking to learn them is an error, not a silent no-op
+# %%
+# Inducing locations are nodes: asking to learn them is an error, not a silent no-op
+# ----------------------------------------------------------------------------------
 try:
     GraphVariationalGP(gpytorch.kernels.ScaleKernel(ExactGraphKernel(graph)), inducing,
                        learn_inducing_locations=True)

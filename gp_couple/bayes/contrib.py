@@ -32,7 +32,8 @@ A ``PyroSample`` prior must fit the constraint as in NUTS
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import gpytorch
 import pyro.contrib.gp as gp

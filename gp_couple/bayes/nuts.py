@@ -33,10 +33,10 @@ and sums/products of them with gpytorch kernels)::
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-import numpy as np
 import torch
 from gpytorch.models import ExactGP
 from pyro.infer.autoguide.initialization import init_to_median, init_to_sample, init_to_value
@@ -165,7 +165,8 @@ def run_nuts(model: ExactGP, *, num_samples: int, warmup_steps: int, num_chains:
 
 
 def _check_draws(site: Any, value: Tensor) -> None:
-    """Refuse draws that the hyperparameter cannot hold: NaN, infinite, outside the prior's support or the constraint."""
+    """Refuse draws that the hyperparameter cannot hold: NaN, infinite, outside the prior's support or the
+    constraint."""
     values = value.detach()
     if not bool(torch.isfinite(values).all()):
         raise ValueError(f"draws of {site.name} contain NaN or infinite values")

@@ -32,7 +32,8 @@ positive definite even after gpytorch's deterministic jitter) make the potential
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import gpytorch
 import pyro

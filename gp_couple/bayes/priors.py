@@ -38,8 +38,9 @@ checked.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from gpytorch.constraints import Interval

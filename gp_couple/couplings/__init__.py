@@ -2,6 +2,23 @@
 
 from .._deprecation import deprecated_aliases
 from . import frequencies, walk_lengths
+from .directions import (
+    DIRECTION_COUPLINGS,
+    DirectionCoupling,
+    IndependentDirections,
+    RepellingDirections,
+    direction_coupling_from_dict,
+    get_direction_coupling,
+)
+from .frequencies import *  # noqa: F403 - every name of frequencies.__all__, re-exported below
+from .proposals import (
+    NEIGHBOUR_PROPOSALS,
+    NeighbourProposal,
+    UniformProposal,
+    WeightedProposal,
+    get_proposal,
+    proposal_from_dict,
+)
 from .walk_lengths import (
     WALK_LENGTH_COUPLINGS,
     AntitheticWalkLengthCoupling,
@@ -12,44 +29,6 @@ from .walk_lengths import (
     coupling_from_dict,
     geometric_quantile,
     get_walk_length_coupling,
-)
-from .proposals import (
-    NEIGHBOUR_PROPOSALS,
-    NeighbourProposal,
-    UniformProposal,
-    WeightedProposal,
-    get_proposal,
-    proposal_from_dict,
-)
-from .directions import (
-    DIRECTION_COUPLINGS,
-    DirectionCoupling,
-    IndependentDirections,
-    RepellingDirections,
-    direction_coupling_from_dict,
-    get_direction_coupling,
-)
-
-from .frequencies import (
-    FREQUENCY_COUPLING_NAMES,
-    FREQUENCY_COUPLINGS,
-    AntitheticFrequencyCoupling,
-    FrequencyCoupling,
-    GaussianCopulaCoupling,
-    HaltonCoupling,
-    IIDFrequencyCoupling,
-    OrthogonalCoupling,
-    OrthogonalNormCoupling,
-    PairwiseNormCoupling,
-    PositiveMonotoneCoupling,
-    SobolCoupling,
-    chi_isf,
-    chi_ppf,
-    chi_quantile,
-    frequency_coupling_from_dict,
-    get_frequency_coupling,
-    normal_to_chi,
-    random_orthogonal_matrices,
 )
 
 __all__ = [

@@ -88,9 +88,10 @@ their public names.
 
 from __future__ import annotations
 
+from .._checks import check_batch_shape, check_positive_int  # noqa: F401 - imported from here by callers
 from .._deprecation import deprecated_aliases
 from . import chi, frequency_builtins, frequency_interface, frequency_lookup
-from .._checks import check_batch_shape, check_positive_int  # noqa: F401 - imported from here by callers
+
 # This module gathers the public names of these four (their __all__, composed below).
 from .chi import *  # noqa: F403
 from .frequency_builtins import *  # noqa: F403
@@ -107,6 +108,6 @@ __all__ = [
 
 
 __getattr__ = deprecated_aliases(__name__, {
-    "IIDCoupling": ("IIDFrequencyCoupling", lambda: IIDFrequencyCoupling),
-    "AntitheticCoupling": ("AntitheticFrequencyCoupling", lambda: AntitheticFrequencyCoupling),
+    "IIDCoupling": ("IIDFrequencyCoupling", lambda: IIDFrequencyCoupling),  # noqa: F405 - star import above
+    "AntitheticCoupling": ("AntitheticFrequencyCoupling", lambda: AntitheticFrequencyCoupling),  # noqa: F405
 })

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import warnings
 from abc import abstractmethod
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch

@@ -10,15 +10,16 @@ Laplace features whose marginals stay standard Gaussian; see
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from .._checks import check_batch_shape, check_positive_int
 from .._random import SeedLike, as_numpy_generator
 from ..registry import Registered, Registry
-from .._checks import check_batch_shape, check_positive_int
 
 __all__ = ["FREQUENCY_COUPLINGS", "FrequencyCoupling"]
 

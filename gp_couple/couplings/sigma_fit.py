@@ -41,7 +41,8 @@ permutation to other graphs (:func:`default_fitting_graph`).
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch

@@ -60,8 +60,8 @@ import numpy as np
 from .._checks import check_int, check_p_halt
 from .._counter_random import geometric_lengths
 from .._deprecation import deprecated_aliases
-from .._random import SeedLike, as_numpy_generator, draw_seed
 from .._files import write_text_atomically
+from .._random import SeedLike, as_numpy_generator, draw_seed
 from ..registry import Registered, Registry, check_description_fields, check_json_value, json_type_name
 
 __all__ = [

@@ -11,7 +11,8 @@ root.
 * :func:`load_traffic` / :func:`traffic_split`: the San Jose traffic-speed graph.
 * :func:`load_graph`: named real-world graphs and edge-list CSV files;
   :func:`load_node_labels`: node classes of the labelled ones (:data:`NODE_LABELS`).
-* :func:`load_uci`: UCI regression datasets as ``(X, y)``.
+* :func:`load_uci`: UCI regression datasets as ``(X, y)``; :func:`load_regression`: the
+  same, or a CSV file of your own (the commands' ``--dataset``).
 * :func:`resolve_graph`: a graph from a spec string (dataset name, edge-list path or
   ``grid:RxC`` / ``icosphere:K`` / ``erdos-renyi:N:P[:SEED]``), as the command line takes it.
 """
@@ -23,7 +24,7 @@ from .graph_specs import resolve_graph
 from .graphs import GRAPHS, NODE_LABELS, available_graphs, load_graph, load_node_labels
 from .meshes import MESHES, MeshDataset, default_mesh, load_mesh, mesh_from_trimesh, split_test_nodes
 from .traffic import TrafficDataset, load_traffic, traffic_split
-from .uci import UCI_DATASETS, load_uci
+from .uci import UCI_DATASETS, load_regression, load_uci
 
 __all__ = [
     "CHECKSUMS",
@@ -41,6 +42,7 @@ __all__ = [
     "load_mesh",
     "load_node_labels",
     "load_traffic",
+    "load_regression",
     "load_uci",
     "mesh_from_trimesh",
     "resolve_data_dir",

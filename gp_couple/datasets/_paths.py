@@ -20,13 +20,12 @@ import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Union
 
 import numpy as np
 
 from .._random import SeedLike, as_numpy_generator
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 
 #: Environment variable consulted when no ``data_dir`` is passed.
 ENV_VAR = "GP_COUPLE_DATA"

@@ -36,11 +36,10 @@ and whole batches of draws are evaluated at once in torch.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Any
-
-import math
 
 import gpytorch
 import numpy as np

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..couplings.walk_lengths import (
     WALK_LENGTH_COUPLINGS,
@@ -10,11 +11,9 @@ from ..couplings.walk_lengths import (
     WalkLengthCoupling,
     get_walk_length_coupling,
 )
-from ._report import positive_int
 
-#: The three couplings of the paper's graph experiments (the default selection; any
-#: registered walk-length coupling may be chosen).
-COUPLINGS = ("iid", "antithetic", SigmaCoupling.name)
+# The default selections, shown by the commands' options (graph_gp.py imports them from here).
+from ._options import COUPLINGS, DIRECTIONS  # noqa: F401
 
 
 def coupling_choices() -> tuple[str, ...]:
@@ -30,30 +29,6 @@ def walk_length_couplings(names: Sequence[str], fit_sigma: Callable[[], SigmaCou
     """
     return {name: fit_sigma() if name == SigmaCoupling.name else get_walk_length_coupling(name)
             for name in names}
-
-
-#: Direction couplings compared by default: the paper's independent walkers and
-#: repelling random walks.
-DIRECTIONS = ("independent", "repelling")
-
-
-def add_walk_arguments(parser: Any) -> None:
-    """``--proposal`` and ``--directions``: the options of every command that samples walks."""
-    from ..couplings.directions import DIRECTION_COUPLINGS
-    from ..couplings.proposals import NEIGHBOUR_PROPOSALS
-
-    parser.add_argument("--proposal", choices=NEIGHBOUR_PROPOSALS.names(), default="weighted",
-                        help="neighbour proposal: weighted (choice in proportion to edge weight; the same "
-                             "as uniform on unweighted graphs) or uniform (default %(default)s)")
-    parser.add_argument("--directions", nargs="+", choices=DIRECTION_COUPLINGS.names(),
-                        default=list(DIRECTIONS),
-                        help="direction couplings compared with every length coupling (default %(default)s)")
-    # The CLI runs the command inside gp_couple.settings.threads(args.threads): on a busy
-    # machine, thread pools larger than the CPU share a run gets spin-wait for descheduled
-    # peers (benchmarks/bench_contention.py), so users sharing a machine should bound them.
-    parser.add_argument("--threads", type=positive_int, default=None,
-                        help="bound torch, numba and BLAS threads for this run, e.g. 1 on a busy "
-                             "machine (default: leave the thread pools as they are)")
 
 
 def with_direction_labels(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

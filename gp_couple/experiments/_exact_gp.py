@@ -8,54 +8,72 @@ training set (RFFs); for RLFs :math:`\ell` follows a fixed rule (:func:`rlf_leng
 and only :math:`\sigma_v^2, \sigma_n^2` are fitted.
 
 The marginal likelihood of a few hundred points has three parameters and a cheap exact
-gradient, so a quasi-Newton method (L-BFGS) reaches the optimum in tens of iterations. Adam, the paper's optimiser, is kept as an option: with
-learning rate :math:`10^{-2}` it needs thousands of steps, and with the RLF lengthscale
-fixed it had not converged after 5000 (the amplitude still moving).
+gradient, so a quasi-Newton method (L-BFGS) reaches the optimum in tens of iterations.
+Adam, the paper's optimiser, is kept as an option: with learning rate :math:`10^{-2}` it
+needs thousands of steps, and with the RLF lengthscale fixed it had not converged after
+5000 (the amplitude still moving). Both run through the library's one training loop,
+:func:`gp_couple.optimize.minimize`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Callable
 
 import gpytorch
 import numpy as np
 import torch
-from scipy import optimize
+from gpytorch.constraints import GreaterThan
+from gpytorch.utils.transforms import inv_softplus
 
-from ..couplings.frequencies import check_positive_int
+from ..optimize import Convergence, minimize
+from ._options import GP_LOSS_TOLERANCE, GP_OPTIMIZERS, GP_PARAMETER_TOLERANCE, GP_WINDOW
 from ._runtime import with_bounded_threads
 
-__all__ = ["GPHyperparameters", "GP_OPTIMIZERS", "fit_gp_hyperparameters", "rlf_lengthscale"]
+__all__ = ["GPHyperparameters", "GP_CONVERGENCE", "GP_OPTIMIZERS", "fit_gp_hyperparameters", "rlf_lengthscale"]
 
-#: Optimisers accepted by :func:`fit_gp_hyperparameters`.
-GP_OPTIMIZERS: tuple[str, ...] = ("lbfgs", "adam")
-#: Box on gpytorch's raw (inverse-softplus) hyperparameters for L-BFGS-B: values from
-#: softplus(-15) = 3e-7 (the noise keeps gpytorch's floor of 1e-4 above it) to 1e6.
-_RAW_BOUNDS = (-15.0, 1e6)
+#: The exact-GP fits' stopping rule: the loss per point changed by at most 1e-7 and no
+#: raw parameter moved by more than 1e-4, between L-BFGS iterations or between the means of
+#: consecutive windows of 100 Adam steps (SciPy's relative-reduction test then stops
+#: L-BFGS at 1e-9). The optimisers it accepts, :data:`GP_OPTIMIZERS`, are
+#: :data:`gp_couple.optimize.OPTIMIZERS`, L-BFGS first (the default).
+GP_CONVERGENCE = Convergence(loss_tolerance=GP_LOSS_TOLERANCE, parameter_tolerance=GP_PARAMETER_TOLERANCE,
+                             window=GP_WINDOW)
 
 
 @dataclass(frozen=True)
 class GPHyperparameters:
     """Gaussian-kernel GP hyperparameters: :math:`\\ell`, :math:`\\sigma_v^2`, :math:`\\sigma_n^2`.
 
-    :ivar steps: Optimiser iterations used (L-BFGS iterations or Adam steps).
-    :ivar converged: Whether the stopping rule was met before the step limit.
+    :ivar iterations: Optimiser iterations used (L-BFGS iterations or Adam steps).
+    :ivar converged: Whether the stopping rule was met before the iteration budget.
     """
 
     lengthscale: float
     outputscale: float
     noise: float
-    steps: int
+    iterations: int
     converged: bool = True
+
+
+def _scaled_softplus(scale: float, lower_bound: float = 0.0) -> GreaterThan:
+    """``lower_bound + scale * softplus(raw)``: gpytorch's positive constraint (``scale = 1``)
+    with its raw values in units of ``scale``."""
+    return GreaterThan(lower_bound, transform=lambda raw: scale * torch.nn.functional.softplus(raw),
+                       inv_transform=lambda value: inv_softplus(value / scale))
 
 
 class _ExactGP(gpytorch.models.ExactGP):
     def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        super().__init__(x, y, gpytorch.likelihoods.GaussianLikelihood())
+        # Amplitude and noise are measured in units of the targets' mean square (when above 1):
+        # unstandardised targets (e.g. airfoil's decibels) need amplitudes of 10^3-10^4, which
+        # in raw softplus units would reach the L-BFGS box and take Adam 10^5 steps.
+        # Standardised targets keep gpytorch's parameterisation exactly.
+        scale = max(1.0, float(y.square().mean()))
+        likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=_scaled_softplus(scale, 1e-4))
+        super().__init__(x, y, likelihood)
         self.mean_module = gpytorch.means.ZeroMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(),
+                                                         outputscale_constraint=_scaled_softplus(scale))
 
     def forward(self, x: torch.Tensor) -> gpytorch.distributions.MultivariateNormal:
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
@@ -80,36 +98,32 @@ def rlf_lengthscale(inputs: np.ndarray) -> float:
 
 
 @with_bounded_threads
-def fit_gp_hyperparameters(inputs: np.ndarray, targets: np.ndarray, *, max_steps: int = 5000,
-                           learning_rate: float = 1e-2, tolerance: float = 1e-5,
-                           lengthscale: float | None = None, check_every: int = 100,
-                           optimizer: str = "lbfgs") -> GPHyperparameters:
+def fit_gp_hyperparameters(inputs: np.ndarray, targets: np.ndarray, *, iterations: int = 5000,
+                           lr: float = 1e-2, optimizer: str = "lbfgs", convergence: Convergence = GP_CONVERGENCE,
+                           lengthscale: float | None = None) -> GPHyperparameters:
     r"""Fit an exact zero-mean GP with a Gaussian kernel on the marginal likelihood.
 
-    Starts from gpytorch's defaults (all three values :math:`\log 2`). The loss is the
+    Starts from gpytorch's raw values 0 (all three values :math:`\log 2`; amplitude and
+    noise in units of the targets' mean square when it exceeds 1). The loss is the
     negative marginal log-likelihood per point (:class:`gpytorch.mlls.ExactMarginalLogLikelihood`),
-    evaluated by a dense Cholesky factorisation.
+    evaluated by a dense Cholesky factorisation, and minimised by
+    :func:`gp_couple.optimize.minimize` until ``convergence`` holds:
 
     * ``"lbfgs"`` (default): SciPy's L-BFGS-B on gpytorch's raw parameters (boxed, so
-      that no line search reaches a zero lengthscale), stopping when the projected
-      gradient's largest entry is below ``tolerance`` or the relative loss change is
-      below ``tolerance * 1e-4``, or after ``max_steps`` iterations.
-    * ``"adam"``: Adam with ``learning_rate``, stopping after ``max_steps`` steps or
-      when the loss changed by less than ``tolerance`` over the last ``check_every``
-      steps (the paper's optimiser).
+      that no line search reaches a zero lengthscale);
+    * ``"adam"``: Adam with learning rate ``lr`` (the paper's optimiser), the rule checked
+      on window means of ``convergence.window`` steps.
 
     :param inputs: Training inputs ``(N, d)`` (standardised).
     :param targets: Training targets ``(N,)`` (standardised).
-    :param max_steps: Most iterations (L-BFGS) or steps (Adam).
-    :param learning_rate: Adam learning rate (L-BFGS takes unit steps scaled by its line search).
-    :param tolerance: Convergence threshold (see above).
-    :param lengthscale: Fix :math:`\ell` to this value (the RLF rule) instead of fitting it.
-    :param check_every: Adam steps between convergence checks.
+    :param iterations: Most L-BFGS iterations or Adam steps.
+    :param lr: Adam learning rate (L-BFGS takes the steps its line search finds).
     :param optimizer: ``"lbfgs"`` or ``"adam"``.
+    :param convergence: The stopping rule (default :data:`GP_CONVERGENCE`).
+    :param lengthscale: Fix :math:`\ell` to this value (the RLF rule) instead of fitting it.
     :param threads: Keyword only: torch and BLAS threads during the fit (default 1).
-    :raises ValueError: For an unknown optimiser or non-positive step counts.
+    :raises ValueError: For an unknown optimiser or a bad schedule.
     """
-    max_steps = check_positive_int("max_steps", max_steps)
     if optimizer not in GP_OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose from {list(GP_OPTIMIZERS)}")
     x = torch.as_tensor(np.asarray(inputs, dtype=np.float64))
@@ -118,66 +132,19 @@ def fit_gp_hyperparameters(inputs: np.ndarray, targets: np.ndarray, *, max_steps
     if lengthscale is not None:
         model.covar_module.base_kernel.lengthscale = float(lengthscale)
         model.covar_module.base_kernel.raw_lengthscale.requires_grad_(False)
-    parameters = [p for p in model.parameters() if p.requires_grad]
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
     model.train()
 
-    def loss() -> torch.Tensor:
-        return -mll(model(x), y)
-
-    # N <= a few hundred: a dense Cholesky is exact and cheaper than CG.
+    # N <= a few hundred: a dense Cholesky is exact and cheaper than CG (and makes the
+    # objective deterministic; the seed only keeps torch's global generator untouched).
     with gpytorch.settings.max_cholesky_size(max(len(y), 800) + 1):
-        if optimizer == "lbfgs":
-            steps, converged = _run_lbfgs(parameters, loss, max_steps, tolerance)
-        else:
-            steps, converged = _run_adam(parameters, loss, max_steps, learning_rate, tolerance,
-                                         check_positive_int("check_every", check_every))
+        history = minimize(lambda: -mll(model(x), y), dict(model.named_parameters()), iterations=iterations,
+                           lr=lr, optimizer=optimizer, convergence=convergence, seed=0,
+                           description="exact-GP hyperparameters")
     kernel = model.covar_module
+    # L-BFGS records the starting loss too.
+    used = len(history) - 1 if optimizer == "lbfgs" and history else len(history)
     return GPHyperparameters(lengthscale=float(kernel.base_kernel.lengthscale.detach()),
                              outputscale=float(kernel.outputscale.detach()),
-                             noise=float(model.likelihood.noise.detach()), steps=steps, converged=converged)
-
-
-def _run_lbfgs(parameters: list[torch.Tensor], loss: Callable[[], torch.Tensor], max_steps: int,
-               tolerance: float) -> tuple[int, bool]:
-    # SciPy's L-BFGS-B with box bounds on the raw (softplus) parameters: without them a
-    # line search can try a step to a vanishing lengthscale, where the kernel is 0/0.
-    sizes = [p.numel() for p in parameters]
-
-    def assign(vector: np.ndarray) -> None:
-        with torch.no_grad():
-            for parameter, chunk in zip(parameters, np.split(vector, np.cumsum(sizes)[:-1])):
-                parameter.copy_(torch.as_tensor(chunk, dtype=parameter.dtype).view_as(parameter))
-
-    def value_and_gradient(vector: np.ndarray) -> tuple[float, np.ndarray]:
-        assign(vector)
-        for parameter in parameters:
-            parameter.grad = None
-        value = loss()
-        value.backward()
-        gradient = torch.cat([p.grad.reshape(-1) for p in parameters])
-        return float(value.detach()), gradient.detach().cpu().numpy().astype(np.float64)
-
-    start = torch.cat([p.detach().reshape(-1) for p in parameters]).cpu().numpy().astype(np.float64)
-    result = optimize.minimize(value_and_gradient, start, jac=True, method="L-BFGS-B",
-                               bounds=[_RAW_BOUNDS] * start.size,
-                               options={"maxiter": max_steps, "gtol": tolerance, "ftol": tolerance * 1e-4})
-    assign(result.x)
-    return int(result.nit), bool(result.success)
-
-
-def _run_adam(parameters: list[torch.Tensor], loss: Callable[[], torch.Tensor], max_steps: int, learning_rate: float,
-              tolerance: float, check_every: int) -> tuple[int, bool]:
-    optimizer = torch.optim.Adam(parameters, lr=learning_rate)
-    previous = math.inf
-    for step in range(1, max_steps + 1):
-        optimizer.zero_grad()
-        value = loss()
-        value.backward()
-        optimizer.step()
-        if step % check_every == 0:
-            current = float(value.detach())
-            if abs(previous - current) < tolerance:
-                return step, True
-            previous = current
-    return max_steps, False
+                             noise=float(model.likelihood.noise.detach()), iterations=used,
+                             converged=history.converged)

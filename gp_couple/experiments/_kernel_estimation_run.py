@@ -6,8 +6,9 @@ See :mod:`gp_couple.experiments.kernel_estimation` for the protocol.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,30 +17,25 @@ from ..couplings.frequencies import check_positive_int, get_frequency_coupling
 from ..evaluation.metrics import rmse
 from ..evaluation.posterior import GaussianPosterior, gp_posterior_from_blocks
 from ..features.fourier import feature_map, gaussian_kernel
+from ..optimize import Convergence
 from ..progress import progress as progress_bar
 from ._coupling_draws import evaluate_coupling
-from ._exact_gp import fit_gp_hyperparameters, rlf_lengthscale
+from ._exact_gp import GP_CONVERGENCE, GP_OPTIMIZERS, fit_gp_hyperparameters, rlf_lengthscale
 from ._kernel_estimation_report import kernel_estimation_report
+from ._options import (
+    DEFAULT_LATENT_JITTER,
+    KERNEL_ESTIMATION_COUPLINGS as DEFAULT_COUPLINGS,
+    KL_POSTERIORS,
+    PAPER_DATASETS,
+)
 from ._runtime import with_bounded_threads
 from ._splits import random_split, split_stream, standardise
 
 __all__ = ["DEFAULT_COUPLINGS", "FREQUENCIES_PER_DIM", "KL_POSTERIORS", "DEFAULT_LATENT_JITTER",
            "PAPER_DATASETS", "run_kernel_estimation"]
 
-#: UCI datasets of the paper's tables.
-PAPER_DATASETS: tuple[str, ...] = ("concrete", "abalone", "cpu", "power", "airfoil", "boston")
-#: Couplings compared per feature map (Table 1, Section 3.3 [tab:rff], Table 2, Appendix B.2
-#: [tab:kld], Table 3, Appendix B.2 [tab:pred-rmse], plus PM).
-DEFAULT_COUPLINGS: dict[str, tuple[str, ...]] = {
-    "rff": ("iid", "halton", "sobol", "orthogonal", "pnc", "pm"),
-    "rlf": ("iid", "halton", "sobol", "orthogonal", "orthogonal+antithetic", "pnc+antithetic", "pm"),
-}
 #: Frequencies per input dimension (m = d for RFFs, 2d for RLFs).
 FREQUENCIES_PER_DIM: dict[str, int] = {"rff": 1, "rlf": 2}
-#: Posteriors whose KL divergence can be reported (see the module docstring).
-KL_POSTERIORS: tuple[str, ...] = ("predictive", "latent")
-#: Default ``latent_jitter``: relative to the amplitude sigma_v^2.
-DEFAULT_LATENT_JITTER = 1e-6
 
 
 @with_bounded_threads
@@ -47,8 +43,8 @@ def run_kernel_estimation(inputs: np.ndarray, targets: np.ndarray, *,
                           features: Sequence[str] = ("rff", "rlf"),
                           couplings: dict[str, Sequence[str]] | None = None,
                           splits: int = 20, max_train: int = 256, max_test: int = 256,
-                          draws: int = 100, gp_steps: int = 5000, gp_learning_rate: float = 1e-2,
-                          gp_tolerance: float = 1e-5, gp_optimizer: str = "lbfgs",
+                          draws: int = 100, gp_iterations: int = 5000, gp_lr: float = 1e-2,
+                          gp_optimizer: str = "lbfgs", gp_convergence: Convergence = GP_CONVERGENCE,
                           rff_lengthscale: float | None = None, standardise_targets: bool = True,
                           kl_posterior: str = "predictive",
                           latent_jitter: float = DEFAULT_LATENT_JITTER,
@@ -66,11 +62,12 @@ def run_kernel_estimation(inputs: np.ndarray, targets: np.ndarray, *,
     :param max_train: Most training points per split.
     :param max_test: Most test points per split.
     :param draws: Frequency draws per coupling and split.
-    :param gp_steps: Most iterations of the exact-GP fit.
-    :param gp_learning_rate: Adam learning rate of the exact-GP fit (``gp_optimizer="adam"``).
-    :param gp_tolerance: Convergence threshold of the exact-GP fit.
+    :param gp_iterations: Most iterations of the exact-GP fit.
+    :param gp_lr: Adam learning rate of the exact-GP fit (``gp_optimizer="adam"``).
     :param gp_optimizer: ``"lbfgs"`` (default) or ``"adam"`` (see
         :func:`~gp_couple.experiments._exact_gp.fit_gp_hyperparameters`).
+    :param gp_convergence: Stopping rule of the exact-GP fit (default
+        :data:`~gp_couple.experiments._exact_gp.GP_CONVERGENCE`).
     :param rff_lengthscale: Fix the RFF lengthscale (on standardised inputs) instead of
         fitting it; the amplitude and noise are still fitted.
     :param standardise_targets: Standardise the targets with training statistics before
@@ -111,6 +108,10 @@ def run_kernel_estimation(inputs: np.ndarray, targets: np.ndarray, *,
         raise ValueError(f"rff_lengthscale must be positive and finite, got {rff_lengthscale}")
     couplings = {kind: tuple((couplings or DEFAULT_COUPLINGS).get(kind, DEFAULT_COUPLINGS[kind]))
                  for kind in features}
+    if gp_optimizer not in GP_OPTIMIZERS:
+        raise ValueError(f"gp_optimizer must be one of {list(GP_OPTIMIZERS)}, got {gp_optimizer!r}")
+    if not isinstance(gp_convergence, Convergence):
+        raise TypeError(f"gp_convergence must be a gp_couple.optimize.Convergence, got {type(gp_convergence).__name__}")
     splits = check_positive_int("splits", splits)
     draws = check_positive_int("draws", draws)
     chunk = check_positive_int("chunk", chunk)
@@ -126,7 +127,7 @@ def run_kernel_estimation(inputs: np.ndarray, targets: np.ndarray, *,
     per_split: dict[tuple[str, str], list[dict[str, float]]] = {
         (kind, name): [] for kind in features for name in couplings[kind]}
     exact: dict[str, dict[str, list[float]]] = {
-        kind: {"predictive_rmse": [], "lengthscale": [], "outputscale": [], "noise": [], "gp_steps": [],
+        kind: {"predictive_rmse": [], "lengthscale": [], "outputscale": [], "noise": [], "gp_iterations": [],
                "gp_converged": []}
         for kind in features}
     for split in progress_bar(range(splits), description="splits", unit="split"):
@@ -139,8 +140,7 @@ def run_kernel_estimation(inputs: np.ndarray, targets: np.ndarray, *,
         else:
             y_train, y_test = y_all[train], y_all[test]
         points = torch.as_tensor(np.concatenate([x_train, x_test]))
-        fit_kwargs = dict(max_steps=gp_steps, learning_rate=gp_learning_rate, tolerance=gp_tolerance,
-                          optimizer=gp_optimizer)
+        fit_kwargs = dict(iterations=gp_iterations, lr=gp_lr, optimizer=gp_optimizer, convergence=gp_convergence)
         for kind in features:
             fixed = rlf_lengthscale(x_train) if kind == "rlf" else rff_lengthscale
             hyper = fit_gp_hyperparameters(x_train, y_train, lengthscale=fixed, **fit_kwargs)
@@ -157,14 +157,14 @@ def run_kernel_estimation(inputs: np.ndarray, targets: np.ndarray, *,
             record = exact[kind]
             record["predictive_rmse"].append(rmse(exact_posterior.mean, y_test))
             for key, value in asdict(hyper).items():
-                record[{"steps": "gp_steps", "converged": "gp_converged"}.get(key, key)].append(float(value))
+                record[key if key in record else f"gp_{key}"].append(float(value))
             for name in couplings[kind]:
                 per_split[kind, name].append(evaluate_coupling(
                     name, kind, scaled, gram, n_train, y_train, y_test, hyper, exact_posterior,
                     frequencies[kind], draws, chunk, split_stream(seed, split, kind, name),
                     include_noise=include_noise, jitter=jitter))
         if progress is not None:
-            fits = ", ".join(f"{kind} GP {int(exact[kind]['gp_steps'][-1])} steps" for kind in features)
+            fits = ", ".join(f"{kind} GP {int(exact[kind]['gp_iterations'][-1])} iterations" for kind in features)
             progress(f"split {split + 1}/{splits} done ({fits})")
 
     summary = kernel_estimation_report(
@@ -172,8 +172,8 @@ def run_kernel_estimation(inputs: np.ndarray, targets: np.ndarray, *,
         latent_jitter=latent_jitter, gp_optimizer=gp_optimizer, standardise_targets=standardise_targets,
         rff_lengthscale=rff_lengthscale, settings={
             "splits": splits, "num_train": sizes[0], "num_test": sizes[1], "draws": draws,
-            "gp_max_steps": gp_steps, "gp_learning_rate": gp_learning_rate,
-            "gp_tolerance": gp_tolerance, "gp_optimizer": gp_optimizer,
+            "gp_iterations": gp_iterations, "gp_lr": gp_lr, "gp_optimizer": gp_optimizer,
+            "gp_convergence": asdict(gp_convergence),
             "rff_lengthscale": rff_lengthscale, "standardise_targets": standardise_targets,
             "kl_posterior": kl_posterior,
             "latent_jitter": None if include_noise else latent_jitter, "seed": seed,

@@ -8,8 +8,9 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 

@@ -1,7 +1,8 @@
 r"""``gp-couple attention``: norm couplings for Performer attention (paper, Appendix B.3
 "Norm-coupled RLFs in Performers" [app:performers], Figure 7, Appendix B.3 [fig:var_fig]).
 
-Attention with the softmax kernel, :math:`a_{ij} = k(\boldsymbol x_i, \boldsymbol x_j) / \sum_l k(\boldsymbol x_i, \boldsymbol x_l)`
+Attention with the softmax kernel,
+:math:`a_{ij} = k(\boldsymbol x_i, \boldsymbol x_j) / \sum_l k(\boldsymbol x_i, \boldsymbol x_l)`
 with :math:`k(\boldsymbol x, \boldsymbol y) = \exp(\boldsymbol x^\top \boldsymbol y)`, is
 estimated with positive random features
 :math:`\phi(\boldsymbol x) = \exp(\|\boldsymbol x\|^2/2)\,\phi_\mathrm{RLF}(\boldsymbol x)`
@@ -40,7 +41,8 @@ stays well estimated and ranks the couplings the same way).
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,14 +50,14 @@ import torch
 from ..couplings.frequencies import check_positive_int, get_frequency_coupling
 from ..features.fourier import softmax_kernel_features
 from ..progress import progress
-from ._report import (add_common_arguments, draws_int, emit, figure_folder, log_figures, positive_float, positive_int,
-                      summarize)
-from ._runtime import add_runtime_arguments, apply_runtime_arguments, with_bounded_threads
+from ._options import ATTENTION_COUPLINGS
+from ._report import figure_folder, log_figures, summarize
+from ._runtime import with_bounded_threads
 
-__all__ = ["DEFAULT_COUPLINGS", "attention_statistics", "run_attention", "register"]
+__all__ = ["DEFAULT_COUPLINGS", "attention_statistics", "run_attention"]
 
 #: Norm couplings of Figure 7, Appendix B.3 [fig:var_fig] (all with orthogonal directions).
-DEFAULT_COUPLINGS: tuple[str, ...] = ("orthogonal", "pnc", "pm")
+DEFAULT_COUPLINGS: tuple[str, ...] = ATTENTION_COUPLINGS
 
 
 def attention_statistics(keys: torch.Tensor, frequencies: torch.Tensor) -> dict[str, float]:
@@ -157,7 +159,6 @@ def run_attention(*, tokens: int = 16, dim: int = 16, num_features: Sequence[int
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run with the command-line arguments."""
-    apply_runtime_arguments(args)
     folder = figure_folder(args)
     report = run_attention(tokens=args.tokens, dim=args.dim, num_features=args.num_features,
                            couplings=args.couplings, draws=args.draws, repeats=args.repeats,
@@ -170,24 +171,3 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             metrics=("kernel_variance", "kernel_covariance", "attention_mse"), log_x=True, log_y=True,
             title="Performer attention with norm-coupled positive random features")])
     return report
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``attention`` sub-command."""
-    parser = subparsers.add_parser(
-        "attention", help="kernel variance/covariance and attention MSE of PNC and PM couplings",
-        description=__doc__.split("\n\n")[0].strip("r\"` "))
-    parser.add_argument("--tokens", type=positive_int, default=16, help="number of keys N")
-    parser.add_argument("--dim", type=positive_int, default=16, help="key dimension d")
-    parser.add_argument("--num-features", nargs="+", type=positive_int, default=[16, 32, 64, 128, 256],
-                        help="numbers of random features m to sweep")
-    parser.add_argument("--couplings", nargs="+", default=list(DEFAULT_COUPLINGS),
-                        help="frequency couplings (default %(default)s)")
-    parser.add_argument("--key-std", type=positive_float, default=None,
-                        help="standard deviation of the key coordinates (default 1/sqrt(dim))")
-    parser.add_argument("--draws", type=draws_int, default=1000, help="feature draws per key set")
-    add_runtime_arguments(parser)
-    add_common_arguments(parser, repeats=10)
-    parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
-        "coupling", "num_features", "kernel_variance", "kernel_covariance", "attention_mse",
-        f"attention_mse_vs_{args.couplings[0]}")))

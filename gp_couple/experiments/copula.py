@@ -19,23 +19,29 @@ fitted by an exact GP for RFFs, the RLF rule for RLFs. ``m = d`` frequencies for
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..couplings.frequencies import AntitheticFrequencyCoupling, FrequencyCoupling, GaussianCopulaCoupling, check_positive_int
+from ..couplings.frequencies import (
+    AntitheticFrequencyCoupling,
+    FrequencyCoupling,
+    GaussianCopulaCoupling,
+    check_positive_int,
+)
 from ..devices import resolve_device
 from ..kernels.random_features import CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
 from ..progress import progress as progress_bar
-from ._report import (add_common_arguments, draws_int, emit, figure_folder, log_figures, positive_float, positive_int,
-                      summarize)
 from ._exact_gp import fit_gp_hyperparameters, rlf_lengthscale
-from ._runtime import add_device_argument, add_runtime_arguments, apply_runtime_arguments, with_bounded_threads
+from ._options import dataset_title
+from ._report import figure_folder, log_figures, summarize
+from ._runtime import with_bounded_threads
 from ._splits import random_split, split_stream, standardise
 from .kernel_estimation import FREQUENCIES_PER_DIM
 
-__all__ = ["BASELINES", "run_copula_learning", "register"]
+__all__ = ["BASELINES", "run_copula_learning"]
 
 #: Fixed couplings the learned copula is compared with, per feature map.
 BASELINES: dict[str, tuple[str, ...]] = {
@@ -53,9 +59,9 @@ def _learnable(kind: str, dim: int) -> FrequencyCoupling:
 
 @with_bounded_threads
 def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Sequence[str] = ("rff", "rlf"),
-                        steps: int = 1000, learning_rate: float = 0.05, samples_per_step: int = 16,
+                        iterations: int = 1000, lr: float = 0.05, samples_per_step: int = 16,
                         eval_draws: int = 2000, log_every: int = 50, repeats: int = 5,
-                        max_train: int = 256, gp_steps: int = 5000, seed: int = 0,
+                        max_train: int = 256, gp_iterations: int = 5000, seed: int = 0,
                         dataset: str | None = None, device: str = "cpu",
                         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the copula-learning experiment (see the module docstring).
@@ -63,14 +69,15 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
     :param inputs: Inputs ``(n, d)``.
     :param targets: Targets ``(n,)`` (used to fit the RFF lengthscale).
     :param features: Feature maps (``"rff"``, ``"rlf"``).
-    :param steps: Adam steps on the copula parameters.
-    :param learning_rate: Adam learning rate.
+    :param iterations: Adam steps on the copula parameters
+        (:func:`~gp_couple.kernels.random_features.fit_coupling`).
+    :param lr: Adam learning rate.
     :param samples_per_step: Noise draws per step (reparameterisation trick).
     :param eval_draws: Draws estimating each coupling's expected loss.
     :param log_every: Steps per point of the reported training curve (window means).
     :param repeats: Random splits.
     :param max_train: Most training points per split.
-    :param gp_steps: Most Adam steps of the exact-GP lengthscale fit (RFFs).
+    :param gp_iterations: Most L-BFGS iterations of the exact-GP lengthscale fit (RFFs).
     :param seed: Base seed.
     :param threads: Keyword only: torch and BLAS threads during the run (default 1, see
         :func:`~gp_couple.experiments._runtime.bounded_threads`); restored afterwards.
@@ -83,8 +90,8 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
     y_all = np.asarray(targets, dtype=np.float64)
     if x_all.ndim != 2 or y_all.shape != (len(x_all),):
         raise ValueError(f"inputs must be (n, d) and targets (n,), got {x_all.shape} and {y_all.shape}")
-    steps = check_positive_int("steps", steps)
-    log_every = min(check_positive_int("log_every", log_every), steps)
+    iterations = check_positive_int("iterations", iterations)
+    log_every = min(check_positive_int("log_every", log_every), iterations)
     repeats = check_positive_int("repeats", repeats)
     eval_draws = check_positive_int("eval_draws", eval_draws)
     for kind in features:
@@ -103,13 +110,13 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
             if kind == "rlf":
                 lengthscale = rlf_lengthscale(x_train)
             else:
-                lengthscale = fit_gp_hyperparameters(x_train, y_train[:, 0], max_steps=gp_steps).lengthscale
+                lengthscale = fit_gp_hyperparameters(x_train, y_train[:, 0], iterations=gp_iterations).lengthscale
             num_frequencies = FREQUENCIES_PER_DIM[kind] * dim
             kernel = kernel_classes[kind](num_frequencies, dim, coupling=_learnable(kind, dim),
                                           seed=split_stream(seed, repeat, kind, "kernel")).double().to(device)
             kernel.lengthscale = lengthscale
-            history = fit_coupling(kernel, torch.as_tensor(x_train), num_steps=steps,
-                                   learning_rate=learning_rate, samples_per_step=samples_per_step,
+            history = fit_coupling(kernel, torch.as_tensor(x_train), iterations=iterations,
+                                   lr=lr, samples_per_step=samples_per_step,
                                    seed=split_stream(seed, repeat, kind, "training"))
             windows = len(history) // log_every
             curves[kind].append(np.asarray(history[:windows * log_every]).reshape(windows, log_every).mean(1))
@@ -136,11 +143,12 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
     return {
         "experiment": "copula-learning",
         "dataset": dataset,
-        "settings": {"steps": steps, "learning_rate": learning_rate, "samples_per_step": samples_per_step,
+        "settings": {"iterations": iterations, "lr": lr, "samples_per_step": samples_per_step,
                      "eval_draws": eval_draws, "log_every": log_every, "repeats": repeats,
                      "max_train": max_train, "seed": seed,
                      "num_frequencies": {kind: FREQUENCIES_PER_DIM[kind] * dim for kind in features}},
-        "notes": ["loss: kernel RMSE on the training set (the paper's eq. (35), Appendix A.5), expectation over eval_draws draws",
+        "notes": ["loss: kernel RMSE on the training set (the paper's eq. (35), Appendix A.5), expectation over "
+                  "eval_draws draws",
                   "training_curve: window means of the per-step training loss; mean and se over splits",
                   "copula starts from independent norms (identity correlation = orthogonal)"],
         "training_curve": curve_report,
@@ -149,17 +157,16 @@ def run_copula_learning(inputs: np.ndarray, targets: np.ndarray, *, features: Se
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Load the dataset named on the command line and run the experiment."""
-    from ..datasets.uci import load_uci
+    """Load the dataset named on the command line (a UCI name or a CSV file) and run the experiment."""
+    from ..datasets.uci import load_regression
 
-    progress = apply_runtime_arguments(args)
     folder = figure_folder(args)
-    inputs, targets = load_uci(args.dataset, data_dir=args.data_dir)
+    inputs, targets = load_regression(args.dataset, data_dir=args.data_dir, target=args.target)
     report = run_copula_learning(
-        inputs, targets, features=args.features, steps=args.steps, learning_rate=args.lr,
+        inputs, targets, features=args.features, iterations=args.iterations, lr=args.lr,
         samples_per_step=args.samples_per_step, eval_draws=args.eval_draws, log_every=args.log_every,
-        repeats=args.repeats, max_train=args.max_train, gp_steps=args.gp_steps, seed=args.seed,
-        dataset=args.dataset, device=args.device, progress=progress, threads=args.threads)
+        repeats=args.repeats, max_train=args.max_train, gp_iterations=args.gp_iterations, seed=args.seed,
+        dataset=args.dataset, device=args.device, threads=args.threads)
     if folder is not None:
         from ..plotting import plot_metric_bars, plot_training_curves
 
@@ -167,33 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   for kind, points in report["training_curve"].items()}
         log_figures([
             plot_training_curves(curves, folder / "copula_training.png", ylabel="training kernel RMSE",
-                                 title=f"Learning a Gaussian-copula coupling on UCI {args.dataset}"),
+                                 title=f"Learning a Gaussian-copula coupling on {dataset_title(args.dataset)}"),
             plot_metric_bars(report["results"], folder / "copula_loss.png", category="coupling",
                              metrics=("loss",), panel=("features",))])
     return report
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``copula-learning`` sub-command."""
-    parser = subparsers.add_parser(
-        "copula-learning", help="learn a Gaussian-copula norm coupling and compare it with PNC",
-        description=__doc__.split("\n\n")[0].strip("r\"` "))
-    parser.add_argument("--dataset", default="boston", help="UCI dataset (default %(default)s)")
-    parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")
-    parser.add_argument("--features", nargs="+", choices=("rff", "rlf"), default=["rff", "rlf"],
-                        help="random Fourier (rff) and/or random Laplace (rlf) features")
-    parser.add_argument("--steps", type=positive_int, default=1000, help="Adam steps on the copula")
-    parser.add_argument("--lr", type=positive_float, default=0.05, help="Adam learning rate")
-    parser.add_argument("--samples-per-step", type=positive_int, default=16,
-                        help="noise draws per training step")
-    parser.add_argument("--eval-draws", type=draws_int, default=2000,
-                        help="draws estimating each coupling's expected loss")
-    parser.add_argument("--log-every", type=positive_int, default=50, help="steps per training-curve point")
-    parser.add_argument("--max-train", type=positive_int, default=256, help="most training points per split")
-    parser.add_argument("--gp-steps", type=positive_int, default=5000,
-                        help="most Adam steps of the exact-GP lengthscale fit (RFF)")
-    add_runtime_arguments(parser)
-    add_device_argument(parser)
-    add_common_arguments(parser, repeats=5)
-    parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
-        "features", "coupling", "loss", "loss_vs_pnc", "loss_vs_pnc+antithetic")))

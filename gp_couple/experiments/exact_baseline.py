@@ -21,17 +21,19 @@ cheap for graphs of a few thousand nodes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
+from .._deprecation import deprecated_aliases, renamed_keywords
 from ..evaluation import gp_posterior, nlpd, rmse
 from ..exact import exact_kernel_matrix, normalized_adjacency_eigh
 from ..graphs import Graph
-from .._deprecation import deprecated_aliases, renamed_keywords
 from ..kernel_families import KernelFamily, get_kernel_family
+from ..optimize import Convergence, minimize
 
 __all__ = ["ExactFit", "RANGE_HYPERPARAMETERS", "fit_exact_gp", "kernel_family_at", "exact_predictions"]
 
@@ -46,6 +48,9 @@ RANGE_HYPERPARAMETERS: dict[str, tuple[str, tuple[float, ...]]] = {
 _INITIAL_OUTPUTSCALE = 1.0
 _INITIAL_NOISE = 0.1
 _LBFGS_ITERATIONS = 500
+#: Each restart's stopping rule: the negative log-likelihood per point changed by at most
+#: 1e-10 and no parameter moved by more than 1e-6.
+_CONVERGENCE = Convergence(loss_tolerance=1e-10, parameter_tolerance=1e-6)
 
 
 @dataclass(frozen=True)
@@ -87,10 +92,10 @@ def fit_exact_gp(graph: Graph, kernel: str, train_nodes: np.ndarray, train_targe
                  initial_values: Sequence[float] | None = None) -> ExactFit:
     r"""Fit :math:`\kappa`, the kernel's hyperparameters and :math:`\sigma_n^2` by exact maximum likelihood.
 
-    One L-BFGS run (strong Wolfe line search) per starting value of the family's range
-    hyperparameter (:data:`RANGE_HYPERPARAMETERS`); the run with the highest likelihood
-    wins. Parameters are optimised through the kernel's own gpytorch constraints, and
-    :math:`\kappa, \sigma_n^2` through softplus.
+    One L-BFGS-B run (:func:`gp_couple.optimize.minimize`, to a tight stopping rule) per
+    starting value of the family's range hyperparameter (:data:`RANGE_HYPERPARAMETERS`);
+    the run with the highest likelihood wins. Parameters are optimised through the kernel's
+    own gpytorch constraints, and :math:`\kappa, \sigma_n^2` through their logarithms.
 
     :param graph: The graph (dense eigendecomposition: a few thousand nodes at most).
     :param kernel: ``"diffusion"``, ``"regularised-laplacian"`` or ``"p-step"``.
@@ -122,49 +127,60 @@ def fit_exact_gp(graph: Graph, kernel: str, train_nodes: np.ndarray, train_targe
                     restarts=restarts)
 
 
-def _negative_log_likelihood(family: KernelFamily, raw_scale: torch.Tensor, raw_noise: torch.Tensor,
+def _negative_log_likelihood(family: KernelFamily, log_scale: torch.Tensor, log_noise: torch.Tensor,
                              eigenvalues: torch.Tensor, basis: torch.Tensor,
                              targets: torch.Tensor) -> torch.Tensor:
-    spectrum = torch.nn.functional.softplus(raw_scale) * family.spectrum(eigenvalues).reshape(-1)
+    spectrum = log_scale.exp() * family.spectrum(eigenvalues).reshape(-1)
     covariance = (basis * spectrum) @ basis.T
-    covariance = covariance + torch.nn.functional.softplus(raw_noise) * torch.eye(
-        len(targets), dtype=covariance.dtype)
-    factor = torch.linalg.cholesky(covariance)
+    covariance = covariance + log_noise.exp() * torch.eye(len(targets), dtype=covariance.dtype)
+    factor = _cholesky(covariance)
+    if factor is None:
+        return torch.tensor(math.inf, dtype=covariance.dtype)
     alpha = torch.cholesky_solve(targets.unsqueeze(-1), factor).squeeze(-1)
     return (0.5 * targets @ alpha + torch.log(torch.diagonal(factor)).sum()
             + 0.5 * len(targets) * math.log(2 * math.pi))
 
 
-def _inverse_softplus(value: float) -> torch.Tensor:
-    return torch.tensor(value + math.log(-math.expm1(-value)), dtype=torch.float64)
+def _cholesky(covariance: torch.Tensor) -> torch.Tensor | None:
+    """The Cholesky factor of ``covariance``, with a jitter of relative size 1e-12 to 1e-6
+    of its mean diagonal when it is numerically singular; ``None`` when even that fails.
+
+    A line search may probe absurd hyperparameters (amplitudes of 10^16): a finite, large
+    loss there, with its gradient, lets it step back, where an infinite one stops it.
+    """
+    factor, info = torch.linalg.cholesky_ex(covariance)
+    scale = covariance.diagonal().mean().detach()
+    for relative in (1e-12, 1e-10, 1e-8, 1e-6):
+        if not bool(info):
+            return factor
+        jittered = covariance + relative * scale * torch.eye(len(covariance), dtype=covariance.dtype)
+        factor, info = torch.linalg.cholesky_ex(jittered)
+    return None if bool(info) else factor
 
 
 def _lbfgs_restart(kernel: str, start: dict[str, float], eigenvalues: torch.Tensor, basis: torch.Tensor,
                    targets: torch.Tensor) -> dict[str, Any]:
     family = kernel_family_at(kernel, start)
-    raw_scale = torch.nn.Parameter(_inverse_softplus(_INITIAL_OUTPUTSCALE))
-    raw_noise = torch.nn.Parameter(_inverse_softplus(_INITIAL_NOISE))
-    parameters = [*family.parameters(), raw_scale, raw_noise]
-    optimizer = torch.optim.LBFGS(parameters, max_iter=_LBFGS_ITERATIONS, line_search_fn="strong_wolfe",
-                                  tolerance_grad=1e-9, tolerance_change=1e-12)
-
-    def closure() -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = _negative_log_likelihood(family, raw_scale, raw_noise, eigenvalues, basis, targets)
-        loss.backward()
-        return loss
-
+    # log-parameterised: maximum-likelihood amplitudes span 10^-1 to 10^5 (a regularised
+    # Laplacian with a large sigma is tiny), far beyond what L-BFGS's box allows softplus.
+    log_scale = torch.nn.Parameter(torch.tensor(math.log(_INITIAL_OUTPUTSCALE), dtype=torch.float64))
+    log_noise = torch.nn.Parameter(torch.tensor(math.log(_INITIAL_NOISE), dtype=torch.float64))
+    parameters = {**dict(family.named_parameters()), "log_outputscale": log_scale, "log_noise": log_noise}
     try:
-        optimizer.step(closure)
+        # Per point, like gpytorch's marginal log-likelihood: L-BFGS-B's first step is the whole
+        # gradient, which for the total over thousands of points leaps far beyond the optimum.
+        history = minimize(lambda: _negative_log_likelihood(family, log_scale, log_noise, eigenvalues, basis,
+                                                            targets) / len(targets),
+                           parameters, iterations=_LBFGS_ITERATIONS, optimizer="lbfgs", convergence=_CONVERGENCE,
+                           seed=0)
         with torch.no_grad():
-            value = float(_negative_log_likelihood(family, raw_scale, raw_noise, eigenvalues, basis, targets))
-    except (RuntimeError, ValueError) as error:  # a non-PD covariance or a constraint violation
+            value = float(_negative_log_likelihood(family, log_scale, log_noise, eigenvalues, basis, targets))
+    except (RuntimeError, ValueError, FloatingPointError) as error:  # e.g. a constraint violation
         return {"negative_log_likelihood": math.inf, "error": str(error)}
     with torch.no_grad():
-        return {"hyperparameters": family.hyperparameters(),
-                "outputscale": float(torch.nn.functional.softplus(raw_scale)),
-                "noise": float(torch.nn.functional.softplus(raw_noise)),
-                "negative_log_likelihood": value}
+        return {"hyperparameters": family.hyperparameters(), "outputscale": float(log_scale.exp()),
+                "noise": float(log_noise.exp()), "negative_log_likelihood": value,
+                "iterations": len(history) - 1, "converged": history.converged}
 
 
 @renamed_keywords(series="kernel_family")

@@ -19,20 +19,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..features.sigma_fit import fit_sigma_coupling
 from ..couplings.walk_lengths import SigmaCoupling
 from ..evaluation import relative_frobenius_error
 from ..exact import exact_kernel_matrix
 from ..features.grf import GraphRandomFeatures, gram_estimate
+from ..features.sigma_fit import fit_sigma_coupling
 from ..kernel_families import Diffusion, KernelFamily, RegularisedLaplacian
 from ..progress import progress
-from ._couplings import (COUPLINGS, add_walk_arguments, coupling_choices, walk_length_couplings,
-                         with_direction_labels)
-from ._graphs import PROCEDURAL_HELP, resolve_graph
-from ._report import (add_common_arguments, add_output_argument, add_ratio_to_baseline, emit, figure_folder,
-                      log_figures, positive_float, positive_int, probability, summarize, walkers_int)
-
-KERNELS = ("regularised-laplacian", "diffusion")
+from ._couplings import walk_length_couplings, with_direction_labels
+from ._graphs import resolve_graph
+from ._options import GRF_GRAM_KERNELS as KERNELS
+from ._report import add_ratio_to_baseline, figure_folder, log_figures, summarize
 
 
 def build_kernel(name: str, args: argparse.Namespace) -> KernelFamily:
@@ -71,7 +68,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             exact = exact_kernel_matrix(kernel, graph).numpy()
         for p_halt in args.p_halt:
             couplings = walk_length_couplings(
-                args.couplings, lambda: fitted_sigma(kernel, p_halt, args))
+                args.couplings, lambda: fitted_sigma(kernel, p_halt, args))  # noqa: B023 - called in this iteration
             if isinstance(couplings.get(SigmaCoupling.name), SigmaCoupling):
                 permutations.append({"kernel": kernel_name, "p_halt": p_halt,
                                      "permutation": couplings[SigmaCoupling.name].permutation.tolist()})
@@ -114,35 +111,3 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             with_direction_labels(results), folder / "grf_gram_error_vs_p_halt.png", permutations=permutations,
             title=f"Gram error on {args.graph} ({graph.num_nodes} nodes); insets: fitted sigma permutations")])
     return report
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``grf-gram`` sub-command."""
-    parser = subparsers.add_parser(
-        "grf-gram", help="Gram-matrix error of iid / antithetic / sigma-coupled GRFs",
-        description=__doc__.split("\n\n")[0].strip("r\"` "))
-    parser.add_argument("--graph", default="cora", help=f"graph: {PROCEDURAL_HELP} (default %(default)s)")
-    parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")
-    parser.add_argument("--largest-component", action="store_true", help="use the largest connected component")
-    parser.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS),
-                        help="graph kernels to estimate")
-    parser.add_argument("--p-halt", nargs="+", type=probability, default=[0.1, 0.2, 0.3, 0.4, 0.5],
-                        help="termination probabilities to sweep")
-    parser.add_argument("--walkers", nargs="+", type=walkers_int, default=[2, 16],
-                        help="walkers per node (even, for the paired couplings)")
-    parser.add_argument("--couplings", nargs="+", choices=coupling_choices(), default=list(COUPLINGS),
-                        help="walk-length couplings compared")
-    add_walk_arguments(parser)
-    parser.add_argument("--order", type=positive_int, default=30, help="sigma permutation order n")
-    parser.add_argument("--fit-samples", type=positive_int, default=100,
-                        help="walks per node and quantile bin when fitting sigma")
-    parser.add_argument("--sigma", type=positive_float, default=1.0, help="regularised Laplacian sigma")
-    parser.add_argument("--degree", type=positive_float, default=2.0, help="regularised Laplacian power d")
-    parser.add_argument("--gamma", type=positive_float, default=1.0, help="diffusion gamma")
-    parser.add_argument("--two-sets", action="store_true",
-                        help="unbiased diagonal: symmetrised product of two independent feature sets")
-    add_output_argument(parser, "--save-couplings", kind="folder", default=None,
-                        help="directory to save fitted sigma-couplings as JSON")
-    add_common_arguments(parser, repeats=20)
-    parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
-        "kernel", "p_halt", "walkers", "coupling", "directions", "error", "error_vs_iid")))

@@ -20,7 +20,8 @@ With :math:`m = d` frequencies for RFFs and :math:`m = 2d` for RLFs, every coupl
 is drawn ``--draws`` times per split, and each draw gives
 
 * the **kernel RMSE** over the test Gram block,
-  :math:`\sqrt{\mathrm{mean}_{ij}(\widehat k(\boldsymbol x_i, \boldsymbol x_j) - k(\boldsymbol x_i, \boldsymbol x_j))^2}`
+  :math:`\sqrt{\mathrm{mean}_{ij}(\widehat k(\boldsymbol x_i, \boldsymbol x_j)
+  - k(\boldsymbol x_i, \boldsymbol x_j))^2}`
   (unit amplitude), averaged as a mean square over draws (Table 1, Section 3.3 [tab:rff]);
 * the **KL divergence** :math:`\mathrm{KL}(p_\mathrm{exact}\,\|\,p_\mathrm{approx})` between
   the exact and approximate GP posteriors over the test points (full covariances), in
@@ -53,19 +54,16 @@ import time
 import warnings
 from typing import Any
 
-from ..couplings.frequencies import FREQUENCY_COUPLINGS
-from ._exact_gp import GP_OPTIMIZERS, GPHyperparameters, fit_gp_hyperparameters, rlf_lengthscale
+from ..optimize import Convergence
+from ._exact_gp import GP_CONVERGENCE, GPHyperparameters, fit_gp_hyperparameters, rlf_lengthscale
 from ._kernel_estimation_run import (
     DEFAULT_COUPLINGS,
-    DEFAULT_LATENT_JITTER,
     FREQUENCIES_PER_DIM,
     KL_POSTERIORS,
-    PAPER_DATASETS,
     run_kernel_estimation,
 )
-from ._report import (add_common_arguments, draws_int, emit, figure_folder, log_figures, positive_float, positive_int,
-                      repeats_int)
-from ._runtime import add_runtime_arguments, apply_runtime_arguments
+from ._options import dataset_label, dataset_title
+from ._report import figure_folder, log_figures
 from ._splits import random_split, standardise
 
 __all__ = [
@@ -78,19 +76,15 @@ __all__ = [
     "standardise",
     "run_kernel_estimation",
     "KL_POSTERIORS",
-    "add_runtime_arguments",
-    "apply_runtime_arguments",
-    "register",
 ]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Load the dataset named on the command line and run the experiment."""
-    from ..datasets.uci import load_uci
+    """Load the dataset named on the command line (a UCI name or a CSV file) and run the experiment."""
+    from ..datasets.uci import load_regression
 
-    reporter = apply_runtime_arguments(args)
     folder = figure_folder(args)
-    inputs, targets = load_uci(args.dataset, data_dir=args.data_dir)
+    inputs, targets = load_regression(args.dataset, data_dir=args.data_dir, target=args.target)
     couplings = {"rff": args.rff_couplings, "rlf": args.rlf_couplings}
     num_frequencies = {kind: value for kind, value in
                        (("rff", args.rff_frequencies), ("rlf", args.rlf_frequencies)) if value is not None}
@@ -101,67 +95,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         report = run_kernel_estimation(
             inputs, targets, features=args.features, couplings=couplings, splits=args.repeats,
             max_train=args.max_train, max_test=args.max_test, draws=args.draws,
-            gp_steps=args.gp_steps, gp_learning_rate=args.gp_lr, gp_tolerance=args.gp_tolerance,
-            gp_optimizer=args.gp_optimizer, rff_lengthscale=args.rff_lengthscale,
+            gp_iterations=args.gp_iterations, gp_lr=args.gp_lr, gp_optimizer=args.gp_optimizer,
+            gp_convergence=Convergence(loss_tolerance=args.gp_loss_tolerance,
+                                       parameter_tolerance=args.gp_parameter_tolerance, window=GP_CONVERGENCE.window),
+            rff_lengthscale=args.rff_lengthscale,
             standardise_targets=not args.raw_targets,
             kl_posterior=args.kl_posterior, latent_jitter=args.latent_jitter,
             num_frequencies=num_frequencies, chunk=args.chunk, seed=args.seed, dataset=args.dataset,
-            progress=reporter, threads=args.threads)
+            threads=args.threads)
     report["timing"] = {"seconds": round(time.perf_counter() - start, 2), "threads": args.threads}
     if folder is not None:
         from ..plotting import plot_metric_bars
 
         log_figures([plot_metric_bars(
-            report["results"], folder / f"kernel_estimation_{args.dataset}.png", category="coupling",
+            report["results"], folder / f"kernel_estimation_{dataset_label(args.dataset)}.png", category="coupling",
             metrics=("kernel_rmse", "kl_per_test_point", "predictive_rmse"), panel=("features",),
-            title=f"Coupled random features on UCI {args.dataset}")])
+            title=f"Coupled random features on {dataset_title(args.dataset)}")])
     return report
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``kernel-estimation`` sub-command."""
-    parser = subparsers.add_parser(
-        "kernel-estimation", help="kernel RMSE, posterior KL and predictive RMSE of coupled RFFs/RLFs on UCI data",
-        description=__doc__.split("\n\n")[0].strip("r\"` "))
-    parser.add_argument("--dataset", required=True,
-                        help=f"UCI dataset: {', '.join(PAPER_DATASETS)} (also energy, yacht, kin8nm)")
-    parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")
-    parser.add_argument("--features", nargs="+", choices=("rff", "rlf"), default=["rff", "rlf"],
-                        help="random Fourier (rff) and/or random Laplace (rlf) features")
-    known = ", ".join(FREQUENCY_COUPLINGS.names())
-    parser.add_argument("--rff-couplings", nargs="+", default=list(DEFAULT_COUPLINGS["rff"]),
-                        help=f"couplings for RFFs, any registered frequency coupling ({known}), "
-                             "optionally NAME+antithetic (default %(default)s)")
-    parser.add_argument("--rlf-couplings", nargs="+", default=list(DEFAULT_COUPLINGS["rlf"]),
-                        help="couplings for RLFs, as for --rff-couplings (default %(default)s)")
-    parser.add_argument("--rff-frequencies", type=positive_int, default=None, help="RFF frequencies (default d)")
-    parser.add_argument("--rlf-frequencies", type=positive_int, default=None, help="RLF frequencies (default 2d)")
-    parser.add_argument("--max-train", type=positive_int, default=256, help="most training points per split")
-    parser.add_argument("--max-test", type=positive_int, default=256, help="most test points per split")
-    parser.add_argument("--draws", type=draws_int, default=100, help="frequency draws per coupling and split")
-    parser.add_argument("--gp-optimizer", choices=GP_OPTIMIZERS, default="lbfgs",
-                        help="exact-GP optimiser: L-BFGS (converges in tens of iterations) or the "
-                             "paper's Adam (thousands of steps)")
-    parser.add_argument("--gp-steps", type=positive_int, default=5000,
-                        help="most iterations (L-BFGS) or steps (Adam) of the exact-GP fit")
-    parser.add_argument("--gp-lr", type=positive_float, default=1e-2, help="Adam learning rate of the exact GP")
-    parser.add_argument("--gp-tolerance", type=positive_float, default=1e-5,
-                        help="L-BFGS: gradient tolerance; Adam: stop when the loss moves less than "
-                             "this per 100 steps")
-    parser.add_argument("--rff-lengthscale", type=positive_float, default=None,
-                        help="fix the RFF lengthscale (standardised inputs) instead of fitting it")
-    parser.add_argument("--raw-targets", action="store_true",
-                        help="fit the zero-mean exact GP to unstandardised targets (reproduces the "
-                             "paper's airfoil RFF ratios, see benchmarks/RESULTS.md)")
-    parser.add_argument("--kl-posterior", choices=KL_POSTERIORS, default="predictive",
-                        help="posterior compared by the KL: predictive (noisy test targets) or latent "
-                             "(the paper's eq. (43) in Appendix B.2, with --latent-jitter)")
-    parser.add_argument("--latent-jitter", type=positive_float, default=DEFAULT_LATENT_JITTER,
-                        help="jitter of both latent covariances, relative to the amplitude")
-    parser.add_argument("--chunk", type=positive_int, default=100, help="draws evaluated together")
-    add_runtime_arguments(parser)
-    add_common_arguments(parser, repeats=20)
-    parser.add_argument("--splits", type=repeats_int, dest="repeats", default=argparse.SUPPRESS,
-                        help="alias of --repeats: random train/test splits")
-    parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
-        "features", "coupling", "kernel_rmse_vs_iid", "kl_per_test_point", "predictive_rmse_vs_iid")))

@@ -16,16 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from ..features.sigma_fit import fit_pagerank_sigma_coupling
 from ..couplings.walk_lengths import SigmaCoupling
+from ..features.sigma_fit import fit_pagerank_sigma_coupling
 from ..pagerank import estimate_pagerank, exact_pagerank
 from ..progress import progress
-from ._couplings import (COUPLINGS, add_walk_arguments, coupling_choices, walk_length_couplings,
-                         with_direction_labels)
-from ._graphs import PROCEDURAL_HELP, resolve_graph
-from ._report import (add_common_arguments, add_ratio_to_baseline, emit, figure_folder, log_figures,
-                      positive_int, probability, summarize, walkers_int)
-
+from ._couplings import walk_length_couplings, with_direction_labels
+from ._graphs import resolve_graph
+from ._report import (
+    add_ratio_to_baseline,
+    figure_folder,
+    log_figures,
+    summarize,
+)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for p_halt in args.p_halt:
             exact = exact_pagerank(graph, p_halt, args.proposal)
             couplings = walk_length_couplings(args.couplings, lambda: fit_pagerank_sigma_coupling(
-                p_halt, args.order, samples_per_bin=args.fit_samples, seed=args.seed))
+                p_halt, args.order, samples_per_bin=args.fit_samples, seed=args.seed))  # noqa: B023 - called in this iteration
             if isinstance(couplings.get(SigmaCoupling.name), SigmaCoupling):
                 # Fitted on the same ER graph with the same seed for every target graph.
                 permutations[p_halt] = couplings[SigmaCoupling.name].permutation.tolist()
@@ -74,26 +76,3 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   "sigma-couplings fitted for the paper's eq. (82), Appendix E.2, on Erdos-Renyi(N=100, p=0.1)"],
         "results": results,
     }
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``pagerank`` sub-command."""
-    parser = subparsers.add_parser("pagerank", help="PageRank error with iid / antithetic / sigma walkers",
-                                   description="PageRank estimation with two coupled walkers (paper, Appendix E).")
-    parser.add_argument("--graphs", nargs="+", default=["karate", "dolphins", "polbooks", "football"],
-                        help=f"graphs (largest component of each): {PROCEDURAL_HELP}")
-    parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")
-    parser.add_argument("--p-halt", nargs="+", type=probability,
-                        default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
-                        help="termination (teleport) probabilities to sweep")
-    parser.add_argument("--walkers", type=walkers_int, default=2,
-                        help="walkers per node (even, for the paired couplings)")
-    parser.add_argument("--couplings", nargs="+", choices=coupling_choices(), default=list(COUPLINGS),
-                        help="walk-length couplings compared")
-    add_walk_arguments(parser)
-    parser.add_argument("--order", type=positive_int, default=10, help="sigma permutation order n")
-    parser.add_argument("--fit-samples", type=positive_int, default=1000,
-                        help="walks per node and quantile bin when fitting sigma")
-    add_common_arguments(parser, repeats=1000)
-    parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
-        "graph", "p_halt", "coupling", "directions", "error", "error_vs_iid")))

@@ -34,11 +34,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..datasets import TrafficDataset, load_traffic, traffic_split
-from ..halting import DEFAULT_MAX_INFLATION, halting_inflation, suggest_p_halt
-from ._report import emit, figure_folder, log_figures, positive_float, positive_int, seed_int
+from ..halting import halting_inflation, suggest_p_halt
+from ._report import figure_folder, log_figures
 from .exact_baseline import exact_predictions, fit_exact_gp, kernel_family_at
 from .graph_gp import protocol_figures, run_protocol
-from .mesh import add_protocol_arguments, protocol_from_args
+from .mesh import protocol_from_args
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -116,26 +116,3 @@ def traffic_figures(data: TrafficDataset, test_nodes: np.ndarray, report: dict[s
         title=f"San Jose traffic speeds: GRF-GP with {posterior['walkers']} {posterior['coupling']} "
               "walkers per node")
     return [speed_map, *protocol_figures(report, folder, "traffic")]
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``traffic`` sub-command."""
-    parser = subparsers.add_parser("traffic", help="San Jose traffic-speed interpolation with GRF-GPs",
-                                   description="Probabilistic traffic interpolation (paper, Appendix F.3).")
-    parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")
-    parser.add_argument("--train", type=positive_int, default=250, help="training sensors")
-    parser.add_argument("--test", type=positive_int, default=75, help="test sensors")
-    parser.add_argument("--split-seed", type=seed_int, default=None,
-                        help="seed of the train/test split (default: --seed, which also seeds the walks)")
-    add_protocol_arguments(parser, walkers=[4, 8, 16], train_iterations=1000, repeats=10, p_halt="auto",
-                           p_halt_help="termination probability of every walk, or 'auto': the largest "
-                                       "p_halt whose halting inflation (gp_couple.halting) at the exact "
-                                       "maximum-likelihood kernel stays within --max-inflation")
-    parser.add_argument("--max-inflation", type=positive_float, default=DEFAULT_MAX_INFLATION,
-                        help="halting-inflation budget of --p-halt auto (default %(default)s)")
-    parser.add_argument("--exact-starts", nargs="+", type=positive_float, default=None,
-                        help="starting values of the range hyperparameter (gamma, sigma or alpha) for the "
-                             "exact GP's maximum-likelihood restarts (default: the family's, "
-                             "gp_couple.experiments.exact_baseline.RANGE_HYPERPARAMETERS)")
-    parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
-        "walkers", "coupling", "directions", "gram_error", "test_rmse", "test_nlpd", "kl")))

@@ -46,16 +46,10 @@ from ..bayes import exact_potential_settings, load_samples, posterior_predictive
 from ..datasets import load_traffic, traffic_split
 from ..evaluation import rmse
 from ..halting import suggest_p_halt
+from ..kernel_families import Diffusion
 from ..kernels.grf import ExactGraphKernel, GRFKernel
 from ..models import GraphGP, fit_gp
-from ..kernel_families import Diffusion
-from ._report import (add_json_argument, add_plot_argument, bounded_int, draws_int, emit, figure_folder,
-                      log_figures, non_negative_int, positive_float, positive_int, probability_or_auto, seed_int,
-                      walkers_int)
-from .graph_gp import GraphGPProtocol
-
-#: The deepest NUTS tree accepted: a tree of depth d takes up to 2**d leapfrog steps.
-MAX_TREE_DEPTH = 20
+from ._report import figure_folder, log_figures
 
 #: Gamma priors (concentration, rate) on the standardised scale.
 PRIORS = {"outputscale": (2.0, 1.5), "gamma": (2.0, 2.0), "noise": (2.0, 4.0)}
@@ -96,7 +90,7 @@ def fit_point(kind: str, graph: Any, train: np.ndarray, test: np.ndarray, standa
     model = _model(kind, graph, train, np.concatenate([train, test]), standardised, p_halt, args)
     start = time.perf_counter()
     with exact_potential_settings(train.size):
-        losses = fit_gp(model, model.likelihood, iterations=args.fit_iterations, lr=args.lr, seed=args.seed)
+        losses = fit_gp(model, model.likelihood, iterations=args.train_iterations, lr=args.lr, seed=args.seed)
     point = {"model": f"{kind}_point", "seconds": time.perf_counter() - start, "final_loss": losses[-1],
              "losses": losses,
              "hyperparameters": _hyperparameters(model), **_scores(model, test, speeds, shift, scale)}
@@ -159,7 +153,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {"walkers": args.walkers, "p_halt": p_halt, "p_halt_choice": "auto" if args.p_halt == "auto"
                      else "given", "num_samples": args.num_samples,
                      "warmup": args.warmup, "chains": args.chains, "max_tree_depth": args.max_tree_depth,
-                     "fit_iterations": args.fit_iterations, "lr": args.lr, "seed": args.seed,
+                     "train_iterations": args.train_iterations, "lr": args.lr, "seed": args.seed,
                      "priors_gamma_concentration_rate": PRIORS, "torch_threads": torch.get_num_threads()},
         "notes": ["test_rmse in mph; test_nlpd per test sensor, in log mph (mixture density for *_nuts)",
                   f"max_r_hat: split R-hat over {args.chains} chain(s), each cut in halves",
@@ -168,33 +162,3 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   "seconds: Adam fit (point) or all NUTS chains (nuts), wall clock"],
         "results": rows,
     }
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``traffic-nuts`` sub-command."""
-    protocol = GraphGPProtocol()
-    parser = subparsers.add_parser(
-        "traffic-nuts", help="NUTS posterior of the traffic GRF-GP's hyperparameters",
-        description="Fully Bayesian GRF-GP on the traffic graph: NUTS over outputscale, gamma and noise.")
-    parser.add_argument("--data-dir", default=None, help="dataset directory (default $GP_COUPLE_DATA)")
-    parser.add_argument("--train", type=positive_int, default=250, help="training sensors")
-    parser.add_argument("--test", type=positive_int, default=75, help="test sensors")
-    parser.add_argument("--walkers", type=walkers_int, default=protocol.train_walkers,
-                        help="walkers per node of the GRF kernel (default %(default)s)")
-    parser.add_argument("--p-halt", type=probability_or_auto, default="auto",
-                        help="walk termination probability, or 'auto': gp_couple.halting.suggest_p_halt at the "
-                             "exact GP's marginal-likelihood estimate, as in 'gp-couple traffic'")
-    parser.add_argument("--num-samples", type=draws_int, default=200, help="NUTS draws kept per chain")
-    parser.add_argument("--warmup", type=non_negative_int, default=200, help="NUTS warm-up iterations per chain")
-    parser.add_argument("--chains", type=positive_int, default=1, help="NUTS chains (run one after another)")
-    parser.add_argument("--max-tree-depth", type=bounded_int(1, MAX_TREE_DEPTH), default=10,
-                        help=f"largest NUTS tree depth (at most {MAX_TREE_DEPTH}: 2**depth leapfrog steps)")
-    parser.add_argument("--fit-iterations", type=positive_int, default=300,
-                        help="Adam steps of the marginal-likelihood point estimate")
-    parser.add_argument("--lr", type=positive_float, default=protocol.learning_rate, help="Adam learning rate")
-    parser.add_argument("--no-exact", action="store_true", help="skip the exact GP (GRF-GP only)")
-    parser.add_argument("--seed", type=seed_int, default=0, help="split, walks, fit and chain seed")
-    add_json_argument(parser)
-    add_plot_argument(parser)
-    parser.set_defaults(func=lambda args: emit(run(args), as_json=args.json, columns=(
-        "model", "test_rmse", "test_nlpd", "max_r_hat", "min_ess", "divergences", "seconds")))

@@ -14,7 +14,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .._counter_random import SERIAL_WORK_LIMIT, next_unit, stream_start, threads_for
+# threads_for and SERIAL_WORK_LIMIT are re-exported: the sampler's callers use kernels.threads_for.
+from .._counter_random import SERIAL_WORK_LIMIT, next_unit, stream_start, threads_for  # noqa: F401
 
 #: Rows up to this degree are searched by a linear count rather than by bisection.
 _LINEAR_SEARCH_LIMIT = 16

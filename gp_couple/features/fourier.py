@@ -20,7 +20,7 @@ the optional ``lengthscale``, and broadcast over leading batch dimensions: input
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -98,7 +98,8 @@ def random_fourier_features(x: Tensor, frequencies: Tensor,
 
     the paper's map with the sines and cosines grouped (the order of features does not
     change :math:`\phi^\top\phi`), so
-    :math:`\phi(\boldsymbol x)^\top\phi(\boldsymbol y) = \frac1m \sum_i \cos(\boldsymbol\omega_i^\top(\boldsymbol x - \boldsymbol y))`.
+    :math:`\phi(\boldsymbol x)^\top\phi(\boldsymbol y)
+    = \frac1m \sum_i \cos(\boldsymbol\omega_i^\top(\boldsymbol x - \boldsymbol y))`.
 
     :param x: Inputs ``(..., n, d)``.
     :param frequencies: Frequencies ``(..., m, d)``.
@@ -117,7 +118,8 @@ def random_fourier_features(x: Tensor, frequencies: Tensor,
 
 def _positive_features(x: Tensor, frequencies: Tensor, lengthscale: Tensor | float | None,
                        norm_weight: float, check_finite: bool) -> Tensor:
-    r""":math:`m^{-1/2}\exp(\boldsymbol\omega^\top\boldsymbol x - c\|\boldsymbol x\|^2)` on :math:`\boldsymbol x / \ell`."""
+    r""":math:`m^{-1/2}\exp(\boldsymbol\omega^\top\boldsymbol x - c\|\boldsymbol x\|^2)`
+    on :math:`\boldsymbol x / \ell`."""
     x, frequencies, lengthscale = _check(x, frequencies, lengthscale, check_finite=check_finite)
     scaled = x if lengthscale is None else x / lengthscale
     # Prefactors folded into the exponent: no overflow of exp(w.x) for large inputs, and
@@ -136,7 +138,8 @@ def random_laplace_features(x: Tensor, frequencies: Tensor,
         \big[\exp(\boldsymbol\omega_i^\top \boldsymbol x)\big]_{i=1}^m,
 
     unbiased for the Gaussian kernel because
-    :math:`\mathbb E\exp(\boldsymbol\omega^\top(\boldsymbol x + \boldsymbol y)) = \exp(\|\boldsymbol x + \boldsymbol y\|^2/2)`.
+    :math:`\mathbb E\exp(\boldsymbol\omega^\top(\boldsymbol x + \boldsymbol y))
+    = \exp(\|\boldsymbol x + \boldsymbol y\|^2/2)`.
     Every estimate is positive.
 
     :param x: Inputs ``(..., n, d)``.

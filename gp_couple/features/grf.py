@@ -87,6 +87,7 @@ class GraphRandomFeatures:
             ``"uniform"`` on unweighted graphs; :mod:`gp_couple.couplings.proposals`).
         :param directions: Direction coupling (default ``"independent"``, or
             ``"repelling"``; :mod:`gp_couple.couplings.directions`).
+
         Other parameters as in :func:`~gp_couple.features.walks.sample_walks`.
         """
         proposal, repelling = get_proposal(proposal), get_direction_coupling(directions).repelling

@@ -34,11 +34,10 @@ a compiled parallel loop; no Python code runs per node or per walker.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import math
 import os
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp

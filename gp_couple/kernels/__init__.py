@@ -1,10 +1,10 @@
 """GPyTorch kernels."""
 
-from .random_features import CoupledRandomFeatureKernel, CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
 from .exact_graph import ExactGraphKernel
 from .graph_node import GraphNodeKernel
 from .grf import GRFKernel
 from .matrix_free import MatrixFreeGraphKernel
+from .random_features import CoupledRandomFeatureKernel, CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
 
 __all__ = [
     "CoupledRandomFeatureKernel",

@@ -10,7 +10,8 @@ tensor of theirs and of their submodules.
 
 from __future__ import annotations
 
-from typing import Any, Collection
+from collections.abc import Collection
+from typing import Any
 
 import torch
 from torch import Tensor

@@ -36,6 +36,7 @@ and are re-exported here.
 
 from __future__ import annotations
 
+import math
 from copy import deepcopy
 from typing import Any
 
@@ -47,7 +48,6 @@ from torch import Tensor
 from .._checks import check_int, check_p_halt, is_int
 from .._deprecation import renamed_keywords
 from .._random import SeedLike, draw_seed
-from ..halting import warn_if_inflated
 from ..couplings.directions import (
     DirectionCoupling,
     IndependentDirections,
@@ -59,13 +59,15 @@ from ..couplings.walk_lengths import WalkLengthCoupling, coupling_from_dict, get
 from ..features.grf import GraphRandomFeatures
 from ..features.sigma_fit import fit_sigma_coupling
 from ..graphs import Graph
+from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
 from ..kernel_families import KernelFamily
 from ..operators import CSRPattern, GRFGramLinearOperator, SparseFeatureLinearOperator
 from ._inputs import InputCache, same_inputs
-from .graph_node import GraphNodeKernel, check_node_values, node_index_tensor
 from .exact_graph import ExactGraphKernel
+from .graph_node import GraphNodeKernel, check_node_values, node_index_tensor
 
-__all__ = ["GRFKernel", "GraphNodeKernel", "ExactGraphKernel", "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT",
+__all__ = ["GRFKernel", "GraphNodeKernel", "ExactGraphKernel", "MAX_PREDICT_WALKERS", "PREDICT_GRAM_TOLERANCE",
+           "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT",
            "TRAIN_WALKERS", "check_node_values", "node_index_tensor"]
 
 #: Walkers per node of the training configuration (the constructor's default).
@@ -74,6 +76,12 @@ TRAIN_WALKERS = 48
 TRAIN_P_HALT = 0.1
 #: Walkers per node that :meth:`GRFKernel.resample_for_prediction` redraws.
 PREDICT_WALKERS = 512
+#: Most walkers per node :meth:`GRFKernel.resample_for_prediction` chooses.
+MAX_PREDICT_WALKERS = 4096
+#: Estimated relative Gram error :meth:`GRFKernel.resample_for_prediction` aims for.
+PREDICT_GRAM_TOLERANCE = 0.01
+#: Rows of the subset on which :meth:`GRFKernel.estimate_gram_error` compares two draws.
+GRAM_ERROR_ROWS = 256
 #: Order of the σ-coupling fitted for prediction (the paper's value for GPs).
 SIGMA_ORDER = 50
 
@@ -94,20 +102,20 @@ class GRFKernel(GraphNodeKernel):
     upwards (footnote in Appendix C.1 "Constructing graph random features" [app:grf_approx]);
     off-diagonal entries are unbiased.
 
-    :param graph: The graph.
-    The defaults are the training configuration that predicts like the exact GP on the
-    benchmark problems (``benchmarks/RESULTS.md``): :data:`TRAIN_WALKERS` antithetic
-    walkers per node with repelling directions, :math:`p_\mathrm{halt} =`
-    :data:`TRAIN_P_HALT`. Before predicting, :meth:`resample_for_prediction` redraws
-    :data:`PREDICT_WALKERS` :math:`\sigma`-coupled walkers at the learnt
-    hyperparameters. The paper's experiments pass their own settings (e.g. 16 i.i.d.
-    walkers, :math:`p_\mathrm{halt} = 0.5`).
+    The defaults are the first training configuration of the recommended GRF-GP
+    (:func:`gp_couple.recipes.fit_grf_gp`): :data:`TRAIN_WALKERS` antithetic walkers per
+    node with repelling directions, :math:`p_\mathrm{halt} =` :data:`TRAIN_P_HALT`.
+    Before predicting, :meth:`resample_for_prediction` redraws :math:`\sigma`-coupled
+    walkers at the learnt hyperparameters, as many as a stated accuracy needs. The
+    paper's experiments pass their own settings (e.g. 16 i.i.d. walkers,
+    :math:`p_\mathrm{halt} = 0.5`).
 
     A kernel whose halting inflation (:func:`gp_couple.halting.halting_inflation`) at its
     current hyperparameters exceeds :data:`~gp_couple.halting.WARNING_INFLATION` warns
     once (:class:`~gp_couple.halting.HaltingInflationWarning`); :func:`gp_couple.models.fit_gp`
     and :func:`gp_couple.models.predict` check it (:meth:`check_estimator`).
 
+    :param graph: The graph.
     :param num_walkers: Walkers per node :math:`m` (even for paired couplings).
     :param p_halt: Termination probability :math:`p_\mathrm{halt}`.
     :param coupling: Walk-length coupling: ``"iid"``, ``"antithetic"`` (default) or a
@@ -117,8 +125,8 @@ class GRFKernel(GraphNodeKernel):
         :class:`~gp_couple.kernel_families.Diffusion`), exposed as ``kernel.kernel_family``
         (formerly ``graph_kernel``, still accepted with a ``DeprecationWarning``).
     :param max_length: Optional cap on walk lengths (truncates the series).
-    :param seed: Seed of the walks (int, generator or ``None`` for fresh entropy; the
-        int actually used is kept in :attr:`seed`).
+    :param seed: Seed of the walks (int, generator or ``None`` for a draw from torch's
+        global generator; the int actually used is kept in :attr:`seed`).
     :param nodes: Sample feature rows only for these nodes (default: all nodes). On
         large graphs pass the observed and test nodes; inputs outside this set raise.
     :param batch_shape: Hyperparameter batch shape.
@@ -158,34 +166,137 @@ class GRFKernel(GraphNodeKernel):
         if not self._halting_warned:
             self._halting_warned = warn_if_inflated(self.kernel_family, self.p_halt, "GRFKernel")
 
-    def resample_for_prediction(self, num_walkers: int = PREDICT_WALKERS, *, seed: SeedLike = None,
-                                sigma_fit_samples: int = 100) -> GRFKernel:
-        r"""Redraw the walks for prediction: ``num_walkers`` :math:`\sigma`-coupled walkers per node.
+    def estimate_gram_error(self, *, num_walkers: int | None = None, p_halt: float | None = None,
+                            coupling: str | WalkLengthCoupling | None = None, rows: int = GRAM_ERROR_ROWS,
+                            seed: SeedLike = 0) -> float:
+        r"""Relative Frobenius error of the kernel estimate at the current hyperparameters, from two independent draws.
+
+        For two independent estimates :math:`\widehat{\mathbf K}_1, \widehat{\mathbf K}_2`
+        of the same configuration on a random subset of ``rows`` of the kernel's nodes,
+        :math:`\mathbb E\|\widehat{\mathbf K}_1 - \widehat{\mathbf K}_2\|_F^2 =
+        2\,\mathbb E\|\widehat{\mathbf K} - \mathbf K\|_F^2` (the off-diagonal
+        entries are unbiased; the diagonal's bias cancels in the difference), so
+
+        .. math::
+
+            \widehat{\varepsilon} = \frac{\|\widehat{\mathbf K}_1 -
+            \widehat{\mathbf K}_2\|_F / \sqrt 2}{\|(\widehat{\mathbf K}_1 +
+            \widehat{\mathbf K}_2)/2\|_F}
+
+        estimates the relative Gram error of the paper's Figure 3 without the exact kernel.
+
+        :param num_walkers: Walkers per node (default: the kernel's).
+        :param p_halt: Termination probability (default: the kernel's).
+        :param coupling: Walk-length coupling (default: the kernel's).
+        :param rows: Nodes in the subset (at most the kernel's rows).
+        :param seed: Seed of the subset and of the two draws.
+        :return: The estimated relative error.
+        """
+        rng = np.random.default_rng(draw_seed(seed))
+        starts = self.features_start_nodes.cpu().numpy()
+        subset = np.sort(rng.choice(starts, size=min(int(rows), starts.size), replace=False))
+        inputs = torch.as_tensor(subset, dtype=torch.float64).unsqueeze(-1)
+        estimates = []
+        for draw in range(2):
+            probe = GRFKernel(self._graph, num_walkers=self.num_walkers if num_walkers is None else num_walkers,
+                              p_halt=self.p_halt if p_halt is None else p_halt,
+                              coupling=self.coupling if coupling is None else coupling,
+                              kernel_family=deepcopy(self.kernel_family).cpu(), max_length=self.max_length,
+                              seed=int(rng.integers(2**62)) + draw, nodes=subset, proposal=self.proposal,
+                              directions=self.directions).double()
+            with torch.no_grad():
+                estimates.append(probe(inputs).to_dense())
+        mean = (estimates[0] + estimates[1]) / 2
+        return float(torch.linalg.norm(estimates[0] - estimates[1]) / math.sqrt(2) / torch.linalg.norm(mean))
+
+    def walkers_for(self, tolerance: float, *, start: int, max_walkers: int, p_halt: float | None = None,
+                    coupling: str | WalkLengthCoupling | None = None, seed: SeedLike = 0) -> tuple[int, float]:
+        r"""The walker count whose estimated relative Gram error (:meth:`estimate_gram_error`) is within ``tolerance``.
+
+        Starts from ``start`` walkers; if the estimate exceeds ``tolerance`` it scales the
+        count by :math:`(\widehat\varepsilon / \text{tolerance})^2` (the error of
+        independent walkers falls like :math:`m^{-1/2}`; coupled walkers do at least as
+        well), capped at ``max_walkers``, and estimates again.
+
+        :param tolerance: Largest acceptable estimated relative error.
+        :param start: First walker count tried (even).
+        :param max_walkers: Largest walker count returned (even).
+        :param p_halt: Termination probability (default: the kernel's).
+        :param coupling: Walk-length coupling (default: the kernel's).
+        :param seed: Seed of the estimates.
+        :return: ``(num_walkers, estimated_error)``.
+        """
+        walkers = min(int(start), int(max_walkers))
+        error = self.estimate_gram_error(num_walkers=walkers, p_halt=p_halt, coupling=coupling, seed=seed)
+        if error > tolerance and walkers < max_walkers:
+            wanted = walkers * (error / tolerance) ** 2
+            walkers = int(min(max_walkers, 2 * math.ceil(wanted / 2)))
+            error = self.estimate_gram_error(num_walkers=walkers, p_halt=p_halt, coupling=coupling, seed=seed)
+        return walkers, error
+
+    def halting_for_range(self, max_inflation: float = DEFAULT_MAX_INFLATION) -> float:
+        """The termination probability the current hyperparameters need: at most ``p_halt``, within the budget.
+
+        :param max_inflation: Halting-inflation budget (:func:`gp_couple.halting.suggest_p_halt`).
+        :return: ``min(p_halt, suggest_p_halt(kernel_family))`` (``p_halt`` when no
+            termination probability meets the budget, or for batched hyperparameters).
+        """
+        try:
+            return min(self.p_halt, suggest_p_halt(deepcopy(self.kernel_family).cpu(), max_inflation=max_inflation,
+                                                   p_max=max(self.p_halt, 1e-3 + 1e-9)))
+        except ValueError:
+            return self.p_halt
+
+    def resample_for_prediction(self, num_walkers: int | None = None, *, tolerance: float = PREDICT_GRAM_TOLERANCE,
+                                max_walkers: int = MAX_PREDICT_WALKERS, follow_range: bool = True,
+                                seed: SeedLike = None, sigma_fit_samples: int = 100) -> GRFKernel:
+        r"""Redraw the walks for prediction: :math:`\sigma`-coupled walkers, as many as the accuracy needs.
 
         Fits a :math:`\sigma`-coupling (paper, definition of coupled GRFs; order
         :data:`SIGMA_ORDER`, the paper's value for GPs) for the kernel at its current
-        hyperparameters and redraws the walks with it, keeping the start nodes, ``p_halt``
-        and the direction coupling. Prediction costs one solve and the variances, so a
-        large walker count is cheap there.
+        hyperparameters and redraws the walks with it, keeping the start nodes and the
+        direction coupling. With ``follow_range`` the termination probability is lowered
+        to what the learnt range needs (:meth:`halting_for_range`). Without
+        ``num_walkers``, the count starts at :data:`PREDICT_WALKERS` and grows until the
+        estimated relative Gram error (:meth:`estimate_gram_error`) is within ``tolerance``
+        (at most ``max_walkers``); the estimate is kept in :attr:`gram_error_estimate`.
+        Prediction costs one solve and the variances, so many walkers are cheap there.
 
-        :param num_walkers: Walkers per node (even: σ-coupled pairs).
-        :param seed: Seed of the σ fit (and, plus one, of the new walks); ``None`` uses
-            the kernel's seed plus one.
+        :param num_walkers: Walkers per node (even: σ-coupled pairs); ``None`` chooses them.
+        :param tolerance: Largest estimated relative Gram error when choosing the count.
+        :param max_walkers: Most walkers per node when choosing the count.
+        :param follow_range: Lower ``p_halt`` to the learnt range's need.
+        :param seed: Seed of the σ fit, the error estimates and (plus one) the new walks;
+            ``None`` uses the kernel's seed plus one.
         :param sigma_fit_samples: Walks per node and bin when fitting the σ-coupling.
         :return: ``self``.
-        :raises ValueError: If ``num_walkers`` is not an even int >= 2.
+        :raises ValueError: If ``num_walkers`` is not an even int >= 2, or ``tolerance`` is
+            not in (0, 1).
         """
-        if not is_int(num_walkers) or num_walkers < 2 or num_walkers % 2:
+        if num_walkers is not None and (not is_int(num_walkers) or num_walkers < 2 or num_walkers % 2):
             raise ValueError(f"num_walkers must be an even int >= 2 (sigma-coupled pairs), got {num_walkers!r}")
+        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
+            raise ValueError(f"tolerance must be a float in (0, 1), got {tolerance!r}")
+        max_walkers = check_int("max_walkers", max_walkers, 2)
         base_seed = self.seed + 1 if seed is None else draw_seed(seed)
+        p_halt = self.halting_for_range() if follow_range else self.p_halt
         with torch.no_grad():
             # The sigma fit samples walks and weighs them on the CPU.
-            sigma = fit_sigma_coupling(deepcopy(self.kernel_family).cpu(), self.p_halt, SIGMA_ORDER,
+            sigma = fit_sigma_coupling(deepcopy(self.kernel_family).cpu(), p_halt, SIGMA_ORDER,
                                        samples_per_bin=sigma_fit_samples, seed=base_seed)
-        return self.resample(base_seed + 1, num_walkers=int(num_walkers), coupling=sigma)
+        if num_walkers is None:
+            num_walkers, error = self.walkers_for(tolerance, start=PREDICT_WALKERS, max_walkers=max_walkers,
+                                                  p_halt=p_halt, coupling=sigma, seed=base_seed)
+        else:
+            error = self.estimate_gram_error(num_walkers=num_walkers, p_halt=p_halt, coupling=sigma, seed=base_seed)
+        self.resample(base_seed + 1, num_walkers=int(num_walkers), p_halt=p_halt, coupling=sigma)
+        self.gram_error_estimate = error
+        return self
 
     def _set_config(self, config: dict[str, Any], seed: int) -> None:
         self._halting_warned = False
+        #: Estimated relative Gram error of the current walks (set by :meth:`resample_for_prediction`).
+        self.gram_error_estimate: float | None = None
         self.num_walkers: int = config["num_walkers"]
         self.p_halt: float = config["p_halt"]
         self.coupling: WalkLengthCoupling = config["coupling"]
@@ -231,7 +342,7 @@ class GRFKernel(GraphNodeKernel):
                  directions: str | DirectionCoupling | None = None) -> GRFKernel:
         """Draw new walks (the hyperparameters are kept; on error the kernel is unchanged).
 
-        :param seed: Seed of the new walks (``None``: fresh entropy).
+        :param seed: Seed of the new walks (``None``: drawn from torch's global generator).
         :param nodes: New set of start nodes (``None`` for all nodes; default: keep the
             current ones).
         :param num_walkers: New number of walkers (default: unchanged).

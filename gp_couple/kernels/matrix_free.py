@@ -42,8 +42,8 @@ from ..operators.chebyshev import (
     ChebyshevBasis,
     ChebyshevExpansion,
     ChebyshevKernelLinearOperator,
-    check_tolerance,
     chebyshev_expansion,
+    check_tolerance,
 )
 from .graph_node import GraphNodeKernel
 

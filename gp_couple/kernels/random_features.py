@@ -27,7 +27,6 @@ after :meth:`~CoupledRandomFeatureKernel.resample` changed their number), and
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
@@ -49,6 +48,7 @@ from ..couplings.frequencies import (
     get_frequency_coupling,
 )
 from ..features.fourier import check_finite_inputs, feature_map, gaussian_kernel, num_feature_columns
+from ..optimize import Convergence, TrainingHistory, check_schedule, minimize
 from ._inputs import InputCache, same_inputs
 from ._state import check_state_tensors
 
@@ -76,7 +76,9 @@ class CoupledRandomFeatureKernel(Kernel):
     :param coupling: A :class:`~gp_couple.couplings.FrequencyCoupling` or its name (see
         :func:`~gp_couple.couplings.get_frequency_coupling`); default
         :attr:`default_coupling`. A coupling with parameters becomes a sub-module.
-    :param seed: Seed of the initial frequencies (same int seed, same frequencies).
+    :param seed: Seed of the initial frequencies (same int seed, same frequencies); ``None``
+        draws them from torch's global generator, so ``torch.manual_seed`` reproduces them
+        (gpytorch's convention, as in :class:`gpytorch.kernels.RFFKernel`).
     :param kwargs: Passed to :class:`gpytorch.kernels.Kernel` (``ard_num_dims``,
         ``batch_shape``, ``active_dims``, ``lengthscale_prior``,
         ``lengthscale_constraint``). Batch members get independent frequencies.
@@ -220,7 +222,8 @@ class CoupledRandomFeatureKernel(Kernel):
                 self.coupling(noise, num_features, dim=self.num_dims, batch_shape=self.batch_shape)
         except (ValueError, TypeError, RuntimeError, IndexError, KeyError) as error:
             raise ValueError(f"{prefix}{_NOISE_PREFIX}*: the saved noise does not give {num_features} frequencies "
-                             f"of dimension {self.num_dims} for batch shape {tuple(self.batch_shape)} ({error})") from error
+                             f"of dimension {self.num_dims} for batch shape {tuple(self.batch_shape)} "
+                             f"({error})") from error
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: Any,
                               strict: bool, missing_keys: list[str], unexpected_keys: list[str],
@@ -359,7 +362,8 @@ class CoupledRLFKernel(CoupledRandomFeatureKernel):
     .. math::
 
         \widehat k(\boldsymbol x, \boldsymbol y) = \frac1m \sum_{i=1}^m
-        \exp\big(\boldsymbol\omega_i^\top (\boldsymbol x + \boldsymbol y) - \|\boldsymbol x\|^2 - \|\boldsymbol y\|^2\big)
+        \exp\big(\boldsymbol\omega_i^\top (\boldsymbol x + \boldsymbol y)
+        - \|\boldsymbol x\|^2 - \|\boldsymbol y\|^2\big)
         \quad\text{on } \boldsymbol x / \boldsymbol\ell, \boldsymbol y / \boldsymbol\ell
 
     Every estimate is positive, but the variance grows like
@@ -442,39 +446,44 @@ def gram_rmse(coupling: FrequencyCoupling | str, inputs: Tensor, num_features: i
     return errors.square().mean(dim=(-2, -1)).sqrt()
 
 
-def fit_coupling(kernel: CoupledRandomFeatureKernel, inputs: Tensor, *, num_steps: int = 500,
-                 learning_rate: float = 1e-2, samples_per_step: int = 8,
-                 seed: SeedLike = None) -> list[float]:
+def fit_coupling(kernel: CoupledRandomFeatureKernel, inputs: Tensor, *, iterations: int = 500,
+                 lr: float = 1e-2, convergence: Convergence | None = None, samples_per_step: int = 8,
+                 seed: SeedLike = None) -> TrainingHistory:
     r"""Fit a learnable coupling's parameters to minimise the kernel RMSE on data (paper, Appendix
     A.5 "Copulas as numerical OT solvers" [app:copulas]).
 
     Minimises eq. (35), the copula's RMSE loss, Appendix A.5 [eq:rmseloss], :math:`\mathcal
-    L(\boldsymbol\theta) = \mathbb E\,\mathrm{RMSE}`, by Adam with the reparameterisation trick:
-    every step draws ``samples_per_step``
+    L(\boldsymbol\theta) = \mathbb E\,\mathrm{RMSE}`, by Adam with the reparameterisation trick
+    (:func:`gp_couple.optimize.minimize`): every step draws ``samples_per_step``
     fresh noise sets and averages their Gram RMSEs on ``inputs`` scaled by the kernel's
     (fixed) lengthscale. Only the coupling's parameters change; the kernel's stored
     noise is untouched, and its frequencies follow the fitted coupling immediately.
+    The loss is stochastic, so the optimiser is Adam (L-BFGS needs a deterministic objective).
 
     :param kernel: Kernel whose ``coupling`` has trainable parameters.
     :param inputs: Training inputs ``(N, D)`` (``active_dims`` applied here; moved to the
         kernel's device and dtype).
-    :param num_steps: Optimisation steps.
-    :param learning_rate: Adam learning rate.
+    :param iterations: Adam steps.
+    :param lr: Adam learning rate.
+    :param convergence: Stopping rule (:class:`gp_couple.optimize.Convergence`, on window
+        means of the noisy loss); ``None`` runs all ``iterations``.
     :param samples_per_step: Noise draws per step (more gives smoother gradients).
     :param seed: Seed or generator of the training noise.
-    :return: The training loss of every step.
+    :return: The training loss of every step, with how training ended
+        (:class:`gp_couple.optimize.TrainingHistory`).
+    :raises TypeError: If ``kernel`` is not a coupled random-feature kernel.
+    :raises ValueError: For a coupling without trainable parameters, a batched kernel,
+        inputs of the wrong shape or a bad schedule.
     """
     if not isinstance(kernel, CoupledRandomFeatureKernel):
         raise TypeError(f"kernel must be a CoupledRandomFeatureKernel, got {type(kernel).__name__}")
-    parameters = [p for p in kernel.coupling.parameters() if p.requires_grad]
-    if not parameters:
+    parameters = dict(kernel.coupling.named_parameters())
+    if not any(parameter.requires_grad for parameter in parameters.values()):
         raise ValueError(f"the {kernel.coupling.name!r} coupling has no trainable parameters to fit")
     if len(kernel.batch_shape):
         raise ValueError("fit_coupling needs a kernel without batch dimensions")
-    num_steps = check_positive_int("num_steps", num_steps)
+    check_schedule(iterations, lr)
     samples_per_step = check_positive_int("samples_per_step", samples_per_step)
-    if not (isinstance(learning_rate, (int, float)) and math.isfinite(learning_rate) and learning_rate > 0):
-        raise ValueError(f"learning_rate must be positive and finite, got {learning_rate}")
     if not isinstance(inputs, Tensor) or inputs.dim() != 2:
         raise ValueError("inputs must be a 2-D tensor (N, D)")
     reference = kernel.raw_lengthscale
@@ -488,13 +497,10 @@ def fit_coupling(kernel: CoupledRandomFeatureKernel, inputs: Tensor, *, num_step
         scaled = inputs / kernel.lengthscale.reshape(-1)
         exact = gaussian_kernel(scaled)
     rng = as_numpy_generator(seed)
-    optimizer = torch.optim.Adam(parameters, lr=learning_rate)
-    losses: list[float] = []
-    for _ in range(num_steps):
-        optimizer.zero_grad()
-        loss = gram_rmse(kernel.coupling, scaled, kernel.num_features, kernel.feature_map_name,
+
+    def loss() -> Tensor:
+        return gram_rmse(kernel.coupling, scaled, kernel.num_features, kernel.feature_map_name,
                          num_draws=samples_per_step, seed=rng, exact=exact).mean()
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return losses
+
+    return minimize(loss, parameters, iterations=iterations, lr=lr, convergence=convergence,
+                    description="fitting the coupling")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from .chebyshev import ChebyshevBasis, ChebyshevExpansion, ChebyshevKernelLinearOperator, chebyshev_expansion
-from .grf_gram import GRFGramLinearOperator
 from .csr_pattern import CSRPattern, segment_sum
+from .grf_gram import GRFGramLinearOperator
 from .sparse_feature_operator import SparseFeatureLinearOperator
 from .sparse_products import sparse_matmul
 

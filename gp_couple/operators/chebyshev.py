@@ -32,8 +32,9 @@ changes :math:`\mathbf K` by at most :math:`\sum_{j > J}|c_j|` in operator norm;
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -341,7 +342,8 @@ class ChebyshevBasis:
         return result.movedim(0, -2)
 
     def moments(self, left: Tensor, block: Tensor, degree: int) -> Tensor:
-        r"""Moments :math:`m_j = \sum_{i, s} \mathbf U_{is}\,(T_j(\widetilde{\mathbf W})\mathbf X)_{is}` per batch entry.
+        r"""Moments :math:`m_j = \sum_{i, s} \mathbf U_{is}\,(T_j(\widetilde{\mathbf W})\mathbf X)_{is}`
+        per batch entry.
 
         :param left: :math:`\mathbf U`, ``(*batch_u, N, t)``.
         :param block: :math:`\mathbf X`, ``(*batch_x, N, t)``.
@@ -375,7 +377,8 @@ class ChebyshevBasis:
         .. math::
 
             T_{2m}(\widetilde{\mathbf W})_{ii} = 2\|T_m\mathbf e_i\|^2 - 1, \qquad
-            T_{2m-1}(\widetilde{\mathbf W})_{ii} = 2\langle T_m\mathbf e_i, T_{m-1}\mathbf e_i\rangle - \widetilde W_{ii},
+            T_{2m-1}(\widetilde{\mathbf W})_{ii}
+            = 2\langle T_m\mathbf e_i, T_{m-1}\mathbf e_i\rangle - \widetilde W_{ii},
 
         only :math:`h = \lceil J/2\rceil` recurrence steps on one-hot columns are needed, and
         they run exactly on the restriction of :math:`\widetilde{\mathbf W}` to the
@@ -521,7 +524,8 @@ def _dense_block(block: Tensor, num_nodes: int, dtype: torch.dtype) -> Tensor:
 
 # ------------------------------------------------------------------ the operator
 class ChebyshevKernelLinearOperator(LinearOperator):
-    r"""Matrix-free graph kernel block :math:`\mathbf K_{AB} = \mathbf P_A\sum_j c_jT_j(\widetilde{\mathbf W})\mathbf P_B^\top`.
+    r"""Matrix-free graph kernel block
+    :math:`\mathbf K_{AB} = \mathbf P_A\sum_j c_jT_j(\widetilde{\mathbf W})\mathbf P_B^\top`.
 
     :math:`\mathbf P_A` selects the rows of the nodes in :math:`A` (``row_nodes``), so
     :math:`(\mathbf K_{AB})_{ab} = k(A_a, B_b)`. Products scatter the right-hand side onto

@@ -246,10 +246,10 @@ class GRFGramLinearOperator(LinearOperator):
 
         A cross product :math:`\Phi_A\Phi_B^\top X` only sums over the nodes that both
         sides' walks visited (test and training rows share a small part of the graph),
-        so each side keeps only its entries there: on a :math:`10^6`-node grid the
-        predictive mean's product became 2.4x faster (``benchmarks/bench_products.py``). The restricted values are gathered once
-        per operator (again after an in-place change of the values) when no gradient is
-        tracked; a tracked gather belongs to one product's autograd graph.
+        so each side keeps only its entries there (``benchmarks/bench_products.py`` measures
+        the gain). The restricted values are gathered once per operator (again after an
+        in-place change of the values) when no gradient is tracked; a tracked gather
+        belongs to one product's autograd graph.
         """
         if self.is_symmetric:
             return self.left, self.left

@@ -25,7 +25,8 @@ log-determinant (preconditioner term plus the probe estimate) stays unbiased.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from linear_operator.utils.cholesky import psd_safe_cholesky

@@ -13,8 +13,8 @@ import torch
 
 from gp_couple import predict
 from gp_couple.bayes import HyperparameterModel, load_samples, posterior_predictive, run_nuts
-from gp_couple.bayes.priors import prior_sites
 from gp_couple.bayes.potential import exact_potential_settings
+from gp_couple.bayes.priors import prior_sites
 
 # A short chain: depth-3 trees (at most 7 leapfrog steps per draw) keep the run to seconds;
 # six warm-up steps let the step size settle enough for every chain here to move.

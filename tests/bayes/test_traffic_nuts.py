@@ -10,7 +10,7 @@ from gp_couple.cli import main
 
 def test_traffic_nuts_reports_point_and_posterior_rows(data_dir, capsys) -> None:
     status = main(["traffic-nuts", "--data-dir", str(data_dir), "--train", "30", "--test", "10",
-                   "--num-samples", "4", "--warmup", "4", "--max-tree-depth", "2", "--fit-iterations", "5",
+                   "--num-samples", "4", "--warmup", "4", "--max-tree-depth", "2", "--train-iterations", "5",
                    "--walkers", "4", "--json", "--quiet"])
     assert status == 0
     report = json.loads(capsys.readouterr().out)

@@ -347,7 +347,8 @@ def test_sigma_fields_of_the_wrong_type_or_unknown_name_the_field(tmp_path, data
 @pytest.mark.parametrize("data, error, message", [
     ({"type": 5}, TypeError, "walk-length coupling description's 'type' must be a string, got integer 5"),
     ({"type": ["iid"]}, TypeError, "'type' must be a string, got list"),
-    ({"type": "iid", "seed": 3}, ValueError, r"walk-length coupling 'iid' description has unknown field\(s\) \['seed'\]"),
+    ({"type": "iid", "seed": 3}, ValueError,
+     r"walk-length coupling 'iid' description has unknown field\(s\) \['seed'\]"),
     ({"type": "antithetic", "p": 0.5}, ValueError, r"unknown field\(s\) \['p'\]"),
 ])
 def test_registry_descriptions_are_checked(data, error, message) -> None:
@@ -381,7 +382,8 @@ class _Lengths(WalkLengthCoupling, register=False):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda n: (np.full(n, 1.5), np.zeros(n, int)), r"_Returning.sample_pairs returned non-integer lengths \(e.g. 1.5\)"),
+    (lambda n: (np.full(n, 1.5), np.zeros(n, int)),
+     r"_Returning.sample_pairs returned non-integer lengths \(e.g. 1.5\)"),
     (lambda n: (np.zeros(n - 1, int), np.zeros(n, int)), r"_Returning.sample_pairs returned 5 lengths .* expected 6"),
     (lambda n: (np.zeros(n, int), np.full(n, np.nan)), r"_Returning.sample_pairs returned NaN"),
     (lambda n: (np.zeros(n, int), -np.ones(n, int)), r"_Returning.sample_pairs returned a negative length"),

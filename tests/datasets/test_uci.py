@@ -92,3 +92,43 @@ def test_byte_order_mark_and_encodings(tmp_path: Path) -> None:
         load_uci("yacht", _write_yacht(tmp_path, text.encode("utf-16")), verify=False)
     with pytest.raises(ValueError, match=r"yacht\.csv is not UTF-8 text: line 1"):
         load_uci("yacht", _write_yacht(tmp_path, b"\xe9" + text.encode()), verify=False)
+
+
+# ------------------------------------------------------------------ a CSV file of your own
+def _table(tmp_path: Path, text: str, name: str = "my.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_regression_table_from_a_csv_file(tmp_path: Path) -> None:
+    from gp_couple.datasets import load_regression
+
+    path = _table(tmp_path, "size, price ,rooms\n1,10,3\n2,20,4\n3,30,5\n")
+    X, y = load_regression(path)  # the last column by default
+    assert X.tolist() == [[1, 10], [2, 20], [3, 30]] and y.tolist() == [3, 4, 5]
+    X, y = load_regression(str(path), target="price")  # by header name (spaces around names ignored)
+    assert X.tolist() == [[1, 3], [2, 4], [3, 5]] and y.tolist() == [10, 20, 30]
+    assert X.dtype == np.float64 and X.flags.c_contiguous and y.flags.c_contiguous
+
+
+def test_regression_table_errors(tmp_path: Path) -> None:
+    from gp_couple.datasets import load_regression
+
+    good = _table(tmp_path, "a,b\n1,2\n")
+    with pytest.raises(ValueError, match="has no column 'c': its columns are a, b"):
+        load_regression(good, target="c")
+    with pytest.raises(ValueError, match="not an all-numeric CSV"):
+        load_regression(_table(tmp_path, "a,b\n1,x\n", "text.csv"))
+    with pytest.raises(ValueError, match="needs an input column and a target column"):
+        load_regression(_table(tmp_path, "a\n1\n", "one.csv"))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        load_regression(_table(tmp_path, "a,b\n1,nan\n", "nan.csv"))
+    with pytest.raises(ValueError, match="2 column names in its header but 3 columns"):
+        load_regression(_table(tmp_path, "a,b\n1,2,3\n", "ragged.csv"))
+    with pytest.raises(FileNotFoundError, match="CSV file .*missing.csv does not exist"):
+        load_regression(tmp_path / "missing.csv")
+    with pytest.raises(ValueError, match="unknown UCI dataset 'wine'"):
+        load_regression("wine")
+    with pytest.raises(ValueError, match="target applies to a CSV file"):
+        load_regression("boston", target="medv")

@@ -14,8 +14,8 @@ from gp_couple.evaluation import (
     model_marginals,
     model_posterior,
     relative_frobenius_error,
+    sources,
 )
-from gp_couple.evaluation import sources
 from gp_couple.graphs import grid_graph
 from gp_couple.kernels import ExactGraphKernel, GRFKernel
 from gp_couple.models import GraphGP, predict

@@ -22,8 +22,8 @@ def test_statistics_match_direct_estimates() -> None:
     estimates = (scaled.mT @ scaled).numpy()  # (R, N, N)
     variance = np.var(estimates, axis=0, ddof=1)
     assert stats["kernel_variance"] == pytest.approx(variance[~np.eye(4, dtype=bool)].mean())
-    covariances = [np.cov(estimates[:, i, j], estimates[:, i, l])[0, 1]
-                   for i in range(4) for j in range(4) for l in range(4) if len({i, j, l}) == 3]
+    covariances = [np.cov(estimates[:, i, j], estimates[:, i, k])[0, 1]
+                   for i in range(4) for j in range(4) for k in range(4) if len({i, j, k}) == 3]
     assert stats["kernel_covariance"] == pytest.approx(np.mean(covariances))
     exact = np.exp(keys.numpy() @ keys.numpy().T)
     attention = exact / exact.sum(-1, keepdims=True)

@@ -20,8 +20,8 @@ def _synthetic(n: int = 80, d: int = 4) -> tuple[np.ndarray, np.ndarray]:
 
 def test_learned_copula_improves_on_its_start_and_reports_curve() -> None:
     x, y = _synthetic()
-    report = run_copula_learning(x, y, features=("rff",), steps=40, learning_rate=0.1, samples_per_step=8,
-                                 eval_draws=200, log_every=20, repeats=2, max_train=40, gp_steps=30, seed=1)
+    report = run_copula_learning(x, y, features=("rff",), iterations=40, lr=0.1, samples_per_step=8,
+                                 eval_draws=200, log_every=20, repeats=2, max_train=40, gp_iterations=30, seed=1)
     rows = {row["coupling"]: row for row in report["results"]}
     assert set(rows) == {"iid", "orthogonal", "pnc", "copula (learned)"}
     curve = report["training_curve"]["rff"]
@@ -37,14 +37,14 @@ def test_learned_copula_improves_on_its_start_and_reports_curve() -> None:
 def test_bad_arguments() -> None:
     x, y = _synthetic()
     with pytest.raises(ValueError, match="unknown feature map"):
-        run_copula_learning(x, y, features=("orf",), steps=1, repeats=1)
-    with pytest.raises(ValueError, match="steps"):
-        run_copula_learning(x, y, steps=0)
+        run_copula_learning(x, y, features=("orf",), iterations=1, repeats=1)
+    with pytest.raises(ValueError, match="iterations"):
+        run_copula_learning(x, y, iterations=0)
 
 
 def test_cli_json_rlf_on_boston(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["copula-learning", "--data-dir", str(data_dir), "--json", "--features", "rlf",
-                 "--steps", "4", "--log-every", "2", "--eval-draws", "20", "--repeats", "2",
+                 "--iterations", "4", "--log-every", "2", "--eval-draws", "20", "--repeats", "2",
                  "--max-train", "30"]) == 0
     report = json.loads(capsys.readouterr().out)
     couplings = [row["coupling"] for row in report["results"]]

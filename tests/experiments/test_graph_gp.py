@@ -66,7 +66,8 @@ def test_protocol_input_errors() -> None:
 
 
 def test_demo_runs_without_data(capsys) -> None:
-    assert main(["demo", "--train-iterations", "3", "--walkers", "4", "--repeats", "1", "--json"]) == 0
+    assert main(["demo", "--train-iterations", "3", "--walkers", "4", "--repeats", "1", "--json",
+                 "--max-train-walkers", "8", "--max-predict-walkers", "8"]) == 0
     report = json.loads(capsys.readouterr().out)
     # iid, antithetic and sigma, each with independent and repelling directions.
     assert report["nodes"] == 1280 and len(report["results"]) == 6

@@ -18,7 +18,7 @@ from gp_couple.experiments.kernel_estimation import (
     standardise,
 )
 
-TINY = dict(splits=2, max_train=30, max_test=20, draws=6, gp_steps=20, chunk=4)
+TINY = dict(splits=2, max_train=30, max_test=20, draws=6, gp_iterations=20, chunk=4)
 
 
 def _synthetic(n: int = 120, d: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -63,9 +63,9 @@ def test_gp_fit_recovers_a_sensible_lengthscale_and_fixes_it_on_request() -> Non
     rng = np.random.default_rng(0)
     x = rng.uniform(-3, 3, size=(60, 1))
     y = np.sin(x[:, 0]) + 0.05 * rng.standard_normal(60)
-    fitted = fit_gp_hyperparameters(x, y, max_steps=150, learning_rate=0.1)
+    fitted = fit_gp_hyperparameters(x, y, iterations=150, lr=0.1)
     assert 0.5 < fitted.lengthscale < 3.0 and fitted.noise < 0.05
-    fixed = fit_gp_hyperparameters(x, y, max_steps=20, lengthscale=0.37)
+    fixed = fit_gp_hyperparameters(x, y, iterations=20, lengthscale=0.37)
     assert fixed.lengthscale == pytest.approx(0.37)
 
 
@@ -126,7 +126,7 @@ def test_bad_arguments() -> None:
 
 def test_cli_json_on_boston(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["kernel-estimation", "--dataset", "boston", "--data-dir", str(data_dir), "--json",
-                 "--splits", "1", "--draws", "3", "--gp-steps", "10", "--max-train", "30",
+                 "--splits", "1", "--draws", "3", "--gp-iterations", "10", "--max-train", "30",
                  "--max-test", "20", "--rff-couplings", "iid", "pnc", "--rlf-couplings", "iid",
                  "pnc+antithetic"])
     assert code == 0
@@ -151,9 +151,9 @@ def test_lbfgs_reaches_the_marginal_likelihood_optimum_that_adam_approaches() ->
     x = rng.uniform(-3, 3, size=(50, 2))
     y = np.sin(x[:, 0]) + 0.1 * rng.standard_normal(50)
     quasi_newton = fit_gp_hyperparameters(x, y)
-    assert quasi_newton.converged and quasi_newton.steps < 200
-    adam = fit_gp_hyperparameters(x, y, optimizer="adam", max_steps=400, learning_rate=0.1, tolerance=1e-7)
-    assert adam.converged and adam.steps > 10 * quasi_newton.steps
+    assert quasi_newton.converged and quasi_newton.iterations < 200
+    adam = fit_gp_hyperparameters(x, y, optimizer="adam", iterations=1000, lr=0.1)
+    assert adam.converged and adam.iterations > 10 * quasi_newton.iterations
     for name in ("lengthscale", "outputscale", "noise"):
         assert getattr(adam, name) == pytest.approx(getattr(quasi_newton, name), rel=1e-3)
     with pytest.raises(ValueError, match="unknown optimizer"):
@@ -166,15 +166,15 @@ def test_low_rank_evaluation_matches_dense_gram_and_posterior() -> None:
     from gp_couple.couplings import get_frequency_coupling
     from gp_couple.evaluation.metrics import rmse
     from gp_couple.evaluation.posterior import gp_posterior_from_blocks, posterior_kl
-    from gp_couple.experiments._exact_gp import GPHyperparameters
     from gp_couple.experiments._coupling_draws import evaluate_coupling
+    from gp_couple.experiments._exact_gp import GPHyperparameters
     from gp_couple.features.fourier import feature_map, gaussian_kernel
 
     rng = np.random.default_rng(2)
     n_train, n_test, dim = 20, 15, 3
     scaled = torch.as_tensor(rng.standard_normal((n_train + n_test, dim)))
     y_train, y_test = rng.standard_normal(n_train), rng.standard_normal(n_test)
-    hyper = GPHyperparameters(lengthscale=1.0, outputscale=1.7, noise=0.3, steps=0)
+    hyper = GPHyperparameters(lengthscale=1.0, outputscale=1.7, noise=0.3, iterations=0)
     gram = gaussian_kernel(scaled)
     blocks = 1.7 * gram.numpy()
     exact = gp_posterior_from_blocks(blocks[:n_train, :n_train], blocks[n_train:, :n_train],
@@ -225,8 +225,23 @@ def test_cli_options_for_the_paper_settings(data_dir: Path, capsys: pytest.Captu
     code = main(["kernel-estimation", "--dataset", "airfoil", "--data-dir", str(data_dir), "--json",
                  "--splits", "1", "--draws", "2", "--max-train", "20", "--max-test", "10", "--features", "rff",
                  "--rff-couplings", "iid", "--raw-targets", "--kl-posterior", "latent",
-                 "--gp-optimizer", "adam", "--gp-steps", "5", "--threads", "1"])
+                 "--gp-optimizer", "adam", "--gp-iterations", "5", "--threads", "1"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["settings"]["gp_optimizer"] == "adam" and report["settings"]["standardise_targets"] is False
     assert report["timing"]["threads"] == 1 and report["timing"]["seconds"] > 0
+
+
+def test_cli_on_a_csv_file_of_your_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    x, y = _synthetic(n=60, d=3)
+    table = tmp_path / "my data.csv"
+    rows = "\n".join(f"{a},{t},{b},{c}" for (a, b, c), t in zip(x, y))
+    table.write_text(f"a,price,b,c\n{rows}\n")
+    argv = ["kernel-estimation", "--dataset", str(table), "--target", "price", "--json", "--splits", "1",
+            "--draws", "3", "--gp-iterations", "10", "--max-train", "20", "--max-test", "10",
+            "--rff-couplings", "iid", "pnc", "--features", "rff"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["dataset"] == str(table) and report["input_dim"] == 3 and report["num_points"] == 60
+    assert main([*argv[:3], "--target", "nope", *argv[5:]]) == 2
+    assert "has no column 'nope': its columns are a, price, b, c" in capsys.readouterr().err

@@ -9,9 +9,9 @@ import scipy.sparse as sp
 import torch
 
 from gp_couple.couplings import AntitheticWalkLengthCoupling, IIDWalkLengthCoupling, SigmaCoupling
-from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.features.walks import (
     expected_walk_bytes,
     sample_walk_endpoints,

@@ -15,9 +15,9 @@ from linear_operator.operators import RootLinearOperator
 from gp_couple.couplings.walk_lengths import SigmaCoupling, get_walk_length_coupling
 from gp_couple.features.grf import GraphRandomFeatures
 from gp_couple.graphs import Graph, grid_graph
+from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
 from gp_couple.kernels import ExactGraphKernel, GRFKernel
 from gp_couple.models import GraphGP, fit_gp, predict
-from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
 from gp_couple.operators import GRFGramLinearOperator, SparseFeatureLinearOperator
 from tests.stats import assert_unbiased
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from gp_couple import Diffusion, GRFKernel, GraphGP, fit_gp, predict
+from gp_couple import Diffusion, GraphGP, GRFKernel, fit_gp, predict
+from gp_couple.couplings.walk_lengths import SigmaCoupling
 from gp_couple.datasets import default_mesh
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.graphs import grid_graph
 from gp_couple.halting import HaltingInflationWarning, halting_inflation
 from gp_couple.kernels.grf import PREDICT_WALKERS, TRAIN_P_HALT, TRAIN_WALKERS
-from gp_couple.couplings.walk_lengths import SigmaCoupling
 
 MESH = default_mesh().graph
 GAMMA = 3.0   # the range training selects on the built-in mesh

@@ -10,8 +10,6 @@ import torch
 
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.graphs import grid_graph
-from gp_couple.kernels import ExactGraphKernel, GRFKernel, MatrixFreeGraphKernel
-from gp_couple.models import GraphGP, fit_gp, predict
 from gp_couple.kernel_families import (
     Diffusion,
     InverseCosine,
@@ -19,6 +17,8 @@ from gp_couple.kernel_families import (
     PStepRandomWalk,
     RegularisedLaplacian,
 )
+from gp_couple.kernels import ExactGraphKernel, GRFKernel, MatrixFreeGraphKernel
+from gp_couple.models import GraphGP, fit_gp, predict
 from gp_couple.operators import ChebyshevKernelLinearOperator
 from gp_couple.settings import grf_gp_settings
 

@@ -249,6 +249,24 @@ def test_pickle_and_dtype_conversion_keep_frequencies() -> None:
     assert double.frequencies.dtype == torch.float64
 
 
+def test_seed_none_follows_torch_manual_seed_and_int_seeds_are_unchanged() -> None:
+    torch.manual_seed(0)
+    first = CoupledRFFKernel(num_features=5, num_dims=3).frequencies
+    torch.manual_seed(0)
+    assert torch.equal(CoupledRFFKernel(num_features=5, num_dims=3).frequencies, first)
+    assert not torch.equal(CoupledRFFKernel(num_features=5, num_dims=3).frequencies, first)  # it advanced
+    torch.manual_seed(0)
+    kernel = CoupledRFFKernel(num_features=5, num_dims=3, seed=1)
+    torch.manual_seed(0)
+    assert torch.equal(kernel.resample().frequencies, first)  # resample() too
+    # An int seed draws what it always drew, whatever the global generator holds.
+    torch.manual_seed(1)
+    frequencies = CoupledRFFKernel(num_features=3, num_dims=2, seed=0).double().frequencies
+    expected = [[0.2412991277940666, -1.2290872897040188], [1.083398001788261, 0.21269684836485148],
+                [-0.888610425534921, 2.163177680784429]]
+    assert frequencies.tolist() == expected
+
+
 # --------------------------------------------------------------------------- coupling fitting
 
 
@@ -258,7 +276,7 @@ def test_fit_coupling_trains_copula_parameters_only() -> None:
     x = torch.as_tensor(np.random.default_rng(0).standard_normal((30, 4)))
     noise_before = {k: v.clone() for k, v in kernel.noise.items()}
     lengthscale = kernel.lengthscale.clone()
-    losses = fit_coupling(kernel, x, num_steps=5, samples_per_step=4, seed=0)
+    losses = fit_coupling(kernel, x, iterations=5, samples_per_step=4, seed=0)
     assert len(losses) == 5 and all(np.isfinite(losses))
     assert kernel.coupling.theta.abs().max() > 0
     assert torch.equal(kernel.lengthscale, lengthscale)
@@ -266,7 +284,7 @@ def test_fit_coupling_trains_copula_parameters_only() -> None:
         assert torch.equal(value, noise_before[key])
     again = CoupledRFFKernel(num_features=4, num_dims=4, coupling="copula", seed=0).double()
     again.lengthscale = 2.0
-    assert fit_coupling(again, x, num_steps=5, samples_per_step=4, seed=0) == losses
+    assert fit_coupling(again, x, iterations=5, samples_per_step=4, seed=0) == losses
 
 
 def test_gram_rmse_matches_direct_computation() -> None:
@@ -280,7 +298,7 @@ def test_gram_rmse_matches_direct_computation() -> None:
 
 def test_fit_coupling_rejects_fixed_couplings() -> None:
     with pytest.raises(ValueError, match="no trainable parameters"):
-        fit_coupling(CoupledRFFKernel(num_features=3, num_dims=3), torch.randn(5, 3), num_steps=1)
+        fit_coupling(CoupledRFFKernel(num_features=3, num_dims=3), torch.randn(5, 3), iterations=1)
     with pytest.raises(ValueError, match="num_dims=3"):
         fit_coupling(CoupledRFFKernel(num_features=3, num_dims=3, coupling="copula"), torch.randn(5, 4))
 

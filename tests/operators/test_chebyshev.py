@@ -20,8 +20,7 @@ from gp_couple.kernel_families import (
     PStepRandomWalk,
     RegularisedLaplacian,
 )
-from gp_couple.operators import ChebyshevBasis, ChebyshevKernelLinearOperator, chebyshev_expansion
-from gp_couple.operators import chebyshev
+from gp_couple.operators import ChebyshevBasis, ChebyshevKernelLinearOperator, chebyshev, chebyshev_expansion
 
 GRAPH = grid_graph(4, 5)
 BASIS = ChebyshevBasis(GRAPH.normalized_adjacency())

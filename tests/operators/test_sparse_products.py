@@ -1,15 +1,15 @@
-"""sparse_products: sparse_matmul / spmm / sampled_dots: the CPU (SciPy, compiled) kernels against torch's CSR kernels."""
+"""sparse_products: sparse_matmul / spmm / sampled_dots: the CPU (SciPy, compiled) kernels against torch's CSR
+kernels."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gp_couple.operators import sparse_products
+from gp_couple.operators import SparseFeatureLinearOperator, sparse_products
 from gp_couple.operators.sparse_products import sampled_dots, sparse_matmul, spmm
 
 from .mixins import dense_reference, random_pattern, random_values
-from gp_couple.operators import SparseFeatureLinearOperator
 
 
 @pytest.mark.parametrize("transpose", [False, True])

@@ -1,0 +1,164 @@
+"""Benchmark: the recommended GRF-GP against the exact GP, both trained to convergence.
+
+Every model is trained by L-BFGS on a deterministic objective until the stopping rule of
+:class:`gp_couple.optimize.Convergence` holds (defaults: loss change at most 1e-4 relative,
+no raw parameter moving more than 1e-2 between iterations; at most ``--iterations``
+iterations per run), and predicts the held-out nodes with variances to a stated accuracy
+(:func:`gp_couple.models.predict`: dense float64 Cholesky up to 4096 training points,
+block Krylov with a residual bound above). Methods, each in a fresh subprocess:
+
+* ``exact``: the diffusion-kernel GP with the dense :class:`~gp_couple.kernels.ExactGraphKernel`
+  up to ``--dense-limit`` nodes and the matrix-free :class:`~gp_couple.kernels.MatrixFreeGraphKernel`
+  above, trained to convergence;
+* ``recipe``: :func:`gp_couple.recipes.fit_grf_gp` with its defaults (walks that follow the
+  learnt range, prediction walkers for a relative Gram error of 0.01);
+* ``recipe_at_exact`` (diagnosis): the recipe's prediction walks at the exact GP's
+  hyperparameters, without training (prediction error alone);
+* ``exact_at_recipe`` (diagnosis): the exact kernel at the recipe's learnt hyperparameters
+  (training drift alone).
+
+Problems are those of ``bench_graph_gp_accuracy.py`` (``bumpy``, ``grid:RxC``,
+``icosphere:K``, ``mesh:NAME``, ``prior:GAMMA:GRAPH``).
+
+Run: ``python benchmarks/bench_convergence.py --problems bumpy prior:3:grid:50x50
+--json-out benchmarks/results/convergence.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _measure import dispatch_worker, emit_report, run_in_subprocess  # noqa: E402
+from bench_graph_gp_accuracy import problem  # noqa: E402
+
+METHODS = ("exact", "recipe", "recipe_at_exact", "exact_at_recipe")
+
+
+def _model(graph: Any, train: np.ndarray, observed: np.ndarray, base: Any) -> tuple[Any, Any]:
+    import gpytorch
+    import torch
+
+    from gp_couple import GraphGP
+
+    kernel = gpytorch.kernels.ScaleKernel(base)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    return GraphGP(train, torch.as_tensor(observed[train], dtype=torch.float32), likelihood, kernel), likelihood
+
+
+def _exact_kernel(graph: Any, gamma: float, dense_limit: int) -> Any:
+    from gp_couple import Diffusion, ExactGraphKernel
+    from gp_couple.kernels.matrix_free import MatrixFreeGraphKernel
+
+    if graph.num_nodes <= dense_limit:
+        return ExactGraphKernel(graph, Diffusion(gamma))
+    return MatrixFreeGraphKernel(graph, Diffusion(gamma))
+
+
+def _set(model: Any, likelihood: Any, hyper: dict[str, float]) -> None:
+    model.covar_module.outputscale = hyper["outputscale"]
+    model.covar_module.base_kernel.kernel_family.gamma = hyper["gamma"]
+    likelihood.noise = hyper["noise"]
+
+
+def _hyper(model: Any, likelihood: Any) -> dict[str, float]:
+    return {"outputscale": float(model.covar_module.outputscale.detach()),
+            "gamma": float(model.covar_module.base_kernel.kernel_family.gamma.detach()),
+            "noise": float(likelihood.noise.detach())}
+
+
+def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: int,
+               hyper: dict[str, float] | None) -> dict[str, Any]:
+    """Train (or set) and predict with one method; return accuracy, hyperparameters and times."""
+    import warnings
+
+    from gp_couple import Diffusion, GRFKernel, fit_gp, grf_gp_settings, predict
+    from gp_couple.evaluation import nlpd, rmse
+    from gp_couple.recipes import fit_grf_gp
+
+    graph, signal, observed, train, test = problem(spec, seed)
+    start = time.perf_counter()
+    cpu = time.process_time()
+    result: dict[str, Any] = {"method": method}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if method == "recipe":
+            model, likelihood = fit_grf_gp(graph, train, observed[train], predict_nodes=test, iterations=iterations,
+                                           seed=seed)
+        elif method == "recipe_at_exact":
+            base = GRFKernel(graph, kernel_family=Diffusion(hyper["gamma"]), nodes=np.union1d(train, test), seed=seed)
+            model, likelihood = _model(graph, train, observed, base)
+            _set(model, likelihood, hyper)
+            base.resample_for_prediction(seed=seed)
+        else:
+            model, likelihood = _model(graph, train, observed,
+                                       _exact_kernel(graph, 1.0 if hyper is None else hyper["gamma"], dense_limit))
+            if method == "exact_at_recipe":
+                _set(model, likelihood, hyper)
+            else:
+                with grf_gp_settings():
+                    history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
+                result.update(iterations=len(history), evaluations=history.evaluations, converged=history.converged)
+        train_s = time.perf_counter() - start
+        with grf_gp_settings():
+            prediction = predict(model, likelihood, test, seed=seed)
+    base = model.covar_module.base_kernel
+    if isinstance(base, GRFKernel):
+        result.update(predict_walkers=base.num_walkers, predict_p_halt=base.p_halt,
+                      gram_error_estimate=base.gram_error_estimate)
+    result.update(_hyper(model, likelihood))
+    mean, variance = prediction.mean.double().numpy(), prediction.variance.double().numpy()
+    result.update(test_rmse=rmse(mean, signal[test]), test_nlpd=nlpd(mean, variance, observed[test]),
+                  variance_method=prediction.estimate.method, variance_error=prediction.estimate.relative_error,
+                  train_s=train_s, total_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu,
+                  warnings=sorted({f"{type(w.message).__name__}: {str(w.message)[:160]}" for w in caught}))
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", nargs="+", default=["bumpy"])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--iterations", type=int, default=200, help="most L-BFGS iterations per training run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dense-limit", type=int, default=6000)
+    parser.add_argument("--json-out", default=None)
+    args = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    for spec in args.problems:
+        found: dict[str, dict[str, Any]] = {}
+        for method in args.methods:
+            reference = found.get("exact" if method == "recipe_at_exact" else "recipe")
+            hyper = None if reference is None else {key: reference[key] for key in ("outputscale", "gamma", "noise")}
+            if method in ("recipe_at_exact", "exact_at_recipe") and hyper is None:
+                continue
+            row = run_in_subprocess(__file__, run_method, spec, method, args.iterations, args.seed,
+                                    args.dense_limit, hyper)
+            row.update(problem=spec, seed=args.seed, load=os.getloadavg()[0])
+            if "error" in row:
+                rows.append(row)
+                print(f"{spec} {method}: {row['error']}", file=sys.stderr, flush=True)
+                continue
+            found[method] = row
+            if "exact" in found and method != "exact":
+                exact = found["exact"]
+                row.update(rmse_ratio=row["test_rmse"] / exact["test_rmse"],
+                           nlpd_difference=row["test_nlpd"] - exact["test_nlpd"],
+                           speedup=exact["total_s"] / row["total_s"],
+                           gamma_ratio=row["gamma"] / exact["gamma"])
+            rows.append(row)
+            print(f"{spec} {method}: {({k: row[k] for k in row if k != 'warnings'})}", file=sys.stderr, flush=True)
+    return emit_report({"benchmark": "convergence", "machine": platform.platform(), "cpus": os.cpu_count(),
+                        "rows": rows}, args.json_out)
+
+
+if __name__ == "__main__":
+    if not dispatch_worker(sys.argv[1:], globals()):
+        main()
