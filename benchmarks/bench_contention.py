@@ -20,8 +20,8 @@ loaded CPU time over quiet CPU time (spinning burns CPU without progress).
 
 Workloads: ``short`` (default, about 10 s of CPU on a quiet core) samples GRF walks on the
 built-in mesh (numba), trains a GRF-GP for 30 Adam steps with CG/Lanczos (torch) and
-solves a dense 800 x 800 eigenproblem (LAPACK/BLAS); ``demo`` runs ``gp-couple demo
---train-iterations 20 --repeats 1 --walkers 16`` (minutes).
+solves a dense 800 x 800 eigenproblem (LAPACK/BLAS); ``demo`` runs ``gp-couple demo``
+with its defaults (minutes).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ scipy.linalg.eigh(matrix + matrix.T)
 
 _DEMO = """
 from gp_couple.cli import main
-status = main(["--quiet", "demo", "--train-iterations", "20", "--repeats", "1", "--walkers", "16", "--json"])
+status = main(["--quiet", "demo", "--json"])
 assert status == 0, status
 """
 

@@ -7,7 +7,7 @@ the held-out nodes are computed
 * by gpytorch's ``fast_pred_var`` with a Lanczos cache of rank 300 (what
   ``grf_gp_settings()`` + ``predict(fast=True)`` did before),
 * by :func:`gp_couple.models.predict` with ``variance="auto"`` (dense float64 Cholesky up
-  to 4096 training points) and ``variance="lanczos"`` (block Krylov grown until the
+  to 10,000 training points) and ``variance="lanczos"`` (block Krylov grown until the
   residual bound on 64 probed points is within the tolerance, 0.01),
 
 and compared with a float64 Cholesky posterior of the same kernel blocks: median and

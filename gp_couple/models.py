@@ -37,7 +37,7 @@ from .kernels.grf import GRFKernel
 from .optimize import Convergence, TrainingHistory, minimize
 from .predictive_variance import VarianceEstimate, check_variance_method, posterior_variance
 
-__all__ = ["GraphGP", "Prediction", "fit_gp", "predict",
+__all__ = ["GraphGP", "Prediction", "check_targets", "fit_gp", "predict",
            "node_index_array", "module_device"]
 
 _FLOAT32_EXACT = 2**24
@@ -77,6 +77,34 @@ def node_index_array(nodes: Any, name: str, num_nodes: int | None = None) -> np.
         negative or out of range.
     """
     return node_index_tensor(nodes, name, num_nodes).cpu().numpy()
+
+
+def check_targets(targets: Any, count: int, dtype: torch.dtype, *, allow_bool: bool = False) -> Tensor:
+    """Validate observations (real, shape ``(count,)``, finite in ``dtype``) and return them as a ``dtype`` tensor.
+
+    Finiteness is checked after the conversion: a value such as 1e39 is finite in float64
+    but infinite in float32, where it would turn every prediction into NaN.
+
+    :param targets: Tensor, array or sequence of observations.
+    :param count: The number of training nodes they must match.
+    :param dtype: The model's floating dtype.
+    :param allow_bool: Accept booleans (0/1 labels of a classification likelihood).
+    :raises TypeError: If the values are not real numbers.
+    :raises ValueError: If the shape is wrong, or a value is NaN or infinite (in ``dtype``).
+    """
+    array = _as_array(targets, "train_targets")
+    if (array.dtype == np.bool_ and not allow_bool) or np.iscomplexobj(array) \
+            or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+        raise TypeError(f"train_targets must be real numbers, got dtype {array.dtype}")
+    if array.shape != (count,):
+        raise ValueError(f"train_targets must have shape ({count},) to match train_nodes, got {array.shape}")
+    converted = torch.as_tensor(array.astype(np.float64)).to(dtype)
+    finite = torch.isfinite(converted)
+    if not bool(finite.all()):
+        bad = int(torch.nonzero(~finite)[0, 0])
+        raise ValueError(f"train_targets contains NaN or infinite values in the model's dtype {dtype} "
+                         f"(first at position {bad}: {array[bad]!r})")
+    return converted
 
 
 def module_device(module: torch.nn.Module) -> torch.device:
@@ -153,7 +181,7 @@ class GraphGP(gpytorch.models.ExactGP):
         num_nodes = sizes.pop() if sizes else None
         inputs = _node_inputs(train_nodes, "train_nodes", num_nodes, graph_kernels,
                               graph_kernels[0].device if graph_kernels else module_device(covar_module))
-        targets = self._targets(train_targets, inputs.shape[0], _module_dtype(covar_module)).to(inputs.device)
+        targets = check_targets(train_targets, inputs.shape[0], _module_dtype(covar_module)).to(inputs.device)
         super().__init__(inputs, targets, likelihood)
         self._num_nodes = num_nodes
         self.mean_module = ZeroMean() if mean_module is None else mean_module
@@ -168,20 +196,6 @@ class GraphGP(gpytorch.models.ExactGP):
         """Validated GP inputs ``(n, 1)`` for node indices (e.g. test nodes), on the training inputs' device."""
         return _node_inputs(nodes, name, self._num_nodes, _graph_kernels(self.covar_module),
                             self.train_inputs[0].device)
-
-    @staticmethod
-    def _targets(targets: Any, num_train: int, dtype: torch.dtype) -> Tensor:
-        array = _as_array(targets, "train_targets")
-        if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.number) \
-                or np.iscomplexobj(array):
-            raise TypeError(f"train_targets must be real numbers, got dtype {array.dtype}")
-        if array.shape != (num_train,):
-            raise ValueError(f"train_targets must have shape ({num_train},) to match train_nodes, "
-                             f"got {array.shape}")
-        if not np.all(np.isfinite(array)):
-            bad = int(np.flatnonzero(~np.isfinite(array))[0])
-            raise ValueError(f"train_targets contains NaN or infinite values (first at position {bad})")
-        return torch.as_tensor(array).to(dtype)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.training:

@@ -53,7 +53,7 @@ from torch import Tensor
 __all__ = ["DENSE_VARIANCE_SIZE", "VARIANCE_METHODS", "VarianceEstimate", "posterior_variance"]
 
 #: Largest training set whose variances are computed by dense float64 Cholesky under ``"auto"``.
-DENSE_VARIANCE_SIZE = 4096
+DENSE_VARIANCE_SIZE = 10_000
 #: The variance methods :func:`posterior_variance` accepts.
 VARIANCE_METHODS = ("auto", "dense", "lanczos")
 #: Columns of the Krylov block (products are done a block at a time).

@@ -119,8 +119,13 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
         and moved there once).
     :return: ``(model, likelihood)``; predict with :func:`gp_couple.models.predict`
         inside :func:`gp_couple.settings.grf_gp_settings`.
+    :raises TypeError: If ``graph`` is not a :class:`~gp_couple.graphs.Graph` (e.g. a networkx graph).
     :raises ValueError: If a walker count is odd or an argument is out of range.
     """
+    if not isinstance(graph, Graph):
+        hint = (" (convert a networkx graph with gp_couple.Graph.from_networkx(graph); its nodes are numbered "
+                "in graph.nodes order)" if type(graph).__module__.startswith("networkx") else "")
+        raise TypeError(f"graph must be a gp_couple Graph, got {type(graph).__name__}{hint}")
     train_walkers = _check_walkers("train_walkers", train_walkers)
     max_train_walkers = _check_walkers("max_train_walkers", max_train_walkers)
     if predict_walkers is not None:

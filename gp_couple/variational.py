@@ -63,6 +63,7 @@ from .models import (
     _graph_kernels,
     _module_dtype,
     _node_inputs,
+    check_targets,
     node_index_array,
 )
 from .optimize import check_schedule, minimize
@@ -270,7 +271,7 @@ def fit_variational_gp(model: GraphVariationalGP, likelihood: Likelihood, train_
     """
     _check_model(model, likelihood)
     inputs = model.node_inputs(train_nodes, "train_nodes")
-    targets = _as_targets(train_targets, inputs.shape[0], inputs.dtype)
+    targets = check_targets(train_targets, inputs.shape[0], inputs.dtype, allow_bool=True)
     check_schedule(iterations, lr)
     elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=targets.numel())
     # The model's and the likelihood's parameters, each once (the likelihood may be a submodule).
@@ -286,17 +287,6 @@ def fit_variational_gp(model: GraphVariationalGP, likelihood: Likelihood, train_
     finally:
         model.train(modes[0])
         likelihood.train(modes[1])
-
-
-def _as_targets(targets: Any, count: int, dtype: torch.dtype) -> Tensor:
-    array = targets.detach().cpu().numpy() if isinstance(targets, Tensor) else np.asarray(targets)
-    if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
-        raise TypeError(f"train_targets must be numbers, got dtype {array.dtype}")
-    if array.shape != (count,):
-        raise ValueError(f"train_targets must have shape ({count},) to match train_nodes, got {array.shape}")
-    if not np.all(np.isfinite(array)):
-        raise ValueError("train_targets contains NaN or infinite values")
-    return torch.as_tensor(array.astype(np.float64)).to(dtype)
 
 
 def predict_variational(model: GraphVariationalGP, likelihood: Likelihood, nodes: Any, *,

@@ -174,3 +174,21 @@ def test_check_training_tolerates_noise_but_not_a_clear_rise():
         check_training([1.0], 0.01)  # nothing to judge
     with pytest.warns(TrainingWarning, match="diverged"):
         check_training([1.0, 0.9, 1.5, 2.0], 0.1)
+
+
+def test_targets_are_checked_for_finiteness_in_the_models_dtype():
+    huge = torch.tensor([1e39] + [0.0] * (TRAIN.numel() - 1), dtype=torch.float64)
+    with pytest.raises(ValueError, match="infinite values in the model's dtype torch.float32"):
+        build(targets=huge)
+    kernel = gpytorch.kernels.ScaleKernel(GRFKernel(GRAPH, seed=0)).double()
+    model = GraphGP(TRAIN, huge, gpytorch.likelihoods.GaussianLikelihood().double(), kernel)
+    assert model.train_targets.dtype == torch.float64 and float(model.train_targets[0]) == 1e39
+
+
+def test_fit_grf_gp_refuses_a_networkx_graph_with_the_conversion():
+    import networkx as nx
+
+    from gp_couple.recipes import fit_grf_gp
+
+    with pytest.raises(TypeError, match="Graph.from_networkx"):
+        fit_grf_gp(nx.path_graph(5), [0, 1], [0.0, 1.0], predict_nodes=[2])

@@ -48,3 +48,21 @@ def test_errors() -> None:
         fit_sigma_coupling(Diffusion(batch_shape=torch.Size([2])), 0.4)
     with pytest.raises(TypeError, match="Graph"):
         fit_pagerank_sigma_coupling(0.4, 4, graph=np.eye(3))
+
+
+def test_sigma_path_is_bit_identical_under_different_thread_counts():
+    """The sigma fit and the walks drawn with it depend on the seed only, not on the thread pools."""
+    from gp_couple import GRFKernel
+    from gp_couple.settings import threads
+
+    graph = grid_graph(8, 8)
+    runs = []
+    for count in (1, 2, 1):
+        with threads(count):
+            sigma = fit_sigma_coupling(Diffusion(1.7), 0.2, 20, samples_per_bin=20, seed=3)
+            kernel = GRFKernel(graph, num_walkers=8, p_halt=0.2, coupling=sigma, kernel_family=Diffusion(1.7),
+                               seed=4)
+        runs.append((sigma.to_dict(), {name: buffer.clone() for name, buffer in kernel.named_buffers()}))
+    for description, buffers in runs[1:]:
+        assert description == runs[0][0]
+        assert all(torch.equal(buffer, runs[0][1][name]) for name, buffer in buffers.items())
