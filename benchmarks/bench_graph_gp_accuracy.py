@@ -276,7 +276,7 @@ def split_diagonal_kernel(kernel: Any) -> Any:
 
     from gp_couple.features.grf import GraphRandomFeatures, sparse_csr
     from gp_couple.kernels.grf import GRFKernel
-    from gp_couple.operators.sparse_features import segment_sum
+    from gp_couple.operators.csr_pattern import segment_sum
 
     class SplitDiagonalGRFKernel(GRFKernel):
         def correction(self, nodes: torch.Tensor) -> torch.Tensor:

@@ -59,11 +59,7 @@ def __getattr__(name: str) -> Any:
         except ModuleNotFoundError as error:
             if error.name != f"{__name__}.{name}":
                 raise
-            # Old names (renamed so that both coupling families follow one pattern) warn.
-            from ._deprecation import deprecated_aliases
-            from .couplings import __getattr__ as couplings_getattr
-
-            return deprecated_aliases(__name__, couplings_getattr.aliases)(name)
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     globals()[name] = value
     return value
 

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._deprecation import renamed_keywords
 from .graphs import Graph
 from .kernel_families import KernelFamily
 
@@ -53,7 +52,6 @@ def normalized_adjacency_eigh(graph: Graph) -> tuple[torch.Tensor, torch.Tensor]
     return graph._cached("normalized_adjacency_eigh", build)
 
 
-@renamed_keywords(series="kernel_family")
 def exact_kernel_matrix(kernel_family: KernelFamily, graph: Graph, *, force: bool = False) -> torch.Tensor:
     r"""Dense exact kernel :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` as a float64 tensor.
 
@@ -80,7 +78,6 @@ def exact_kernel_matrix(kernel_family: KernelFamily, graph: Graph, *, force: boo
     return (eigenvectors * spectrum.unsqueeze(-2)) @ eigenvectors.T
 
 
-@renamed_keywords(series="kernel_family")
 def exact_kernel_columns(kernel_family: KernelFamily, graph: Graph, columns: Any) -> np.ndarray:
     r"""Exact columns :math:`\mathbf K[:, S]` (float64 numpy, shape ``(N, |S|)``) without forming :math:`\mathbf K`.
 

@@ -66,7 +66,6 @@ from scipy.optimize import brentq
 from scipy.special import logsumexp
 
 from ._checks import check_p_halt
-from ._deprecation import renamed_keywords
 from .kernel_families import KernelFamily
 
 __all__ = ["DEFAULT_MAX_INFLATION", "HaltingInflationWarning", "WARNING_INFLATION", "halting_inflation",
@@ -137,7 +136,6 @@ def _log_inflation(squared: _SquaredModulation, p_halt: float) -> float:
         num_terms *= 2
 
 
-@renamed_keywords(graph_kernel="kernel_family")
 def halting_inflation(kernel_family: KernelFamily, p_halt: float) -> float:
     r"""Halting inflation :math:`\rho(p) = \sum_t f(t)^2 (1-p)^{-t} / \sum_t f(t)^2` of a kernel's GRFs.
 
@@ -158,7 +156,6 @@ def halting_inflation(kernel_family: KernelFamily, p_halt: float) -> float:
     return math.exp(_log_inflation(_SquaredModulation(_check_kernel(kernel_family)), check_p_halt(p_halt)))
 
 
-@renamed_keywords(graph_kernel="kernel_family")
 def suggest_p_halt(kernel_family: KernelFamily, *, max_inflation: float = DEFAULT_MAX_INFLATION,
                    p_max: float = 0.5, p_min: float = 1e-3) -> float:
     r"""The cheapest (largest) :math:`p_\mathrm{halt} \le p_\mathrm{max}` within the halting-inflation budget.

@@ -23,8 +23,7 @@ a gpytorch :class:`~gpytorch.Module` whose hyperparameters carry gpytorch constr
 and can take priors, so :meth:`KernelFamily.modulation` is differentiable with respect
 to them. The gpytorch kernels (:mod:`gp_couple.kernels`) hold one as their
 ``kernel_family`` submodule; amplitudes are left to
-:class:`gpytorch.kernels.ScaleKernel`. (Formerly ``GraphKernelSeries`` in
-``gp_couple.modulation``; the old names still resolve, with a ``DeprecationWarning``.)
+:class:`gpytorch.kernels.ScaleKernel`.
 
 .. list-table::
    :header-rows: 1

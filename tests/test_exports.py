@@ -28,6 +28,11 @@ def test_every_builtin_coupling_of_every_family_is_exported_like_the_others(regi
         assert getattr(gp_couple, cls.__name__) is getattr(couplings, cls.__name__)
 
 
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="module 'gp_couple' has no attribute 'NoSuchName'"):
+        gp_couple.NoSuchName  # noqa: B018 - the attribute access is the test
+
+
 def test_each_family_exports_its_base_class_and_its_lookup() -> None:
     for name in ("WalkLengthCoupling", "get_walk_length_coupling", "NeighbourProposal", "get_proposal",
                  "DirectionCoupling", "get_direction_coupling", "FrequencyCoupling", "get_frequency_coupling"):

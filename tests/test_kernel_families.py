@@ -263,54 +263,6 @@ def test_grf_gram_with_a_tiny_regulariser_is_the_identity(dtype: torch.dtype) ->
     torch.testing.assert_close(gram, torch.eye(16, dtype=dtype))
 
 
-@pytest.mark.parametrize(("old", "new"), [("GraphKernelSeries", "KernelFamily"),
-                                          ("get_graph_kernel", "get_kernel_family"),
-                                          ("Diffusion", "Diffusion"), ("convolutional_sqrt", "convolutional_sqrt")])
-def test_old_module_and_names_resolve_with_a_warning(old: str, new: str) -> None:
-    import gp_couple.kernel_families as kernel_families
-    import gp_couple.modulation as modulation
-
-    with pytest.warns(DeprecationWarning, match=f"gp_couple.modulation.{old} is deprecated; "
-                                                f"use gp_couple.kernel_families.{new}"):
-        assert getattr(modulation, old) is getattr(kernel_families, new)
-
-
-def test_renamed_keywords_still_work_with_a_warning() -> None:
-    from gp_couple.exact import exact_kernel_matrix
-    from gp_couple.graphs import grid_graph
-    from gp_couple.halting import suggest_p_halt
-
-    graph, family = grid_graph(3, 3), Diffusion(1.5)
-    with pytest.warns(DeprecationWarning, match="'series' is deprecated; use 'kernel_family'"):
-        old = exact_kernel_matrix(series=family, graph=graph)
-    torch.testing.assert_close(old, exact_kernel_matrix(kernel_family=family, graph=graph))
-    with pytest.warns(DeprecationWarning, match="'graph_kernel' is deprecated"):
-        assert suggest_p_halt(graph_kernel=family) == suggest_p_halt(family)
-    with pytest.raises(TypeError, match="both 'kernel_family' and its deprecated name 'series'"):
-        exact_kernel_matrix(series=family, kernel_family=family, graph=graph)
-
-
-def test_kernels_accept_the_old_graph_kernel_name_and_old_state_dicts() -> None:
-    from gp_couple.graphs import grid_graph
-    from gp_couple.kernels import ExactGraphKernel, GRFKernel
-
-    graph = grid_graph(3, 3)
-    with pytest.warns(DeprecationWarning, match="'graph_kernel' is deprecated; use 'kernel_family'"):
-        old = GRFKernel(graph, 4, 0.5, graph_kernel=Diffusion(1.7), seed=0)
-    assert isinstance(old.kernel_family, Diffusion)
-    with pytest.warns(DeprecationWarning, match="GRFKernel.graph_kernel is deprecated; use kernel_family"):
-        assert old.graph_kernel is old.kernel_family
-    # A state dict saved before the rename names the family's entries graph_kernel.*.
-    saved = {key.replace("kernel_family.", "graph_kernel."): value for key, value in old.state_dict().items()}
-    assert any(key.startswith("graph_kernel.") for key in saved)
-    fresh = ExactGraphKernel(graph, Diffusion(0.3))
-    fresh.load_state_dict(saved, strict=False)
-    assert float(fresh.kernel_family.gamma) == pytest.approx(1.7)
-    strict = GRFKernel(graph, 4, 0.5, kernel_family=Diffusion(0.3), seed=0)
-    strict.load_state_dict(saved)
-    assert float(strict.kernel_family.gamma) == pytest.approx(1.7)
-
-
 @pytest.mark.parametrize("coefficients, where", [
     ([1.0, -5.0], 1.0),  # g(1) = -4
     ([1.0, 0.0, -1.5], -1.0),  # g(+-1) = -0.5

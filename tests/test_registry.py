@@ -20,8 +20,6 @@ import numpy as np
 import pytest
 import torch
 
-import gp_couple
-from gp_couple import couplings
 from gp_couple.couplings import (
     FREQUENCY_COUPLINGS,
     WALK_LENGTH_COUPLINGS,
@@ -269,21 +267,6 @@ def test_builtin_names_cannot_be_taken_by_user_classes() -> None:
     with pytest.raises(ValueError, match="'pnc' is already registered"):
         type("MyPNC", (IIDFrequencyCoupling,), {"name": "pnc"})
     assert FREQUENCY_COUPLINGS.get("pnc").__name__ == "PairwiseNormCoupling"
-
-
-@pytest.mark.parametrize("module, old, new", [
-    (couplings, "IIDLengths", IIDWalkLengthCoupling),
-    (couplings, "AntitheticTermination", AntitheticWalkLengthCoupling),
-    (couplings, "IIDCoupling", IIDFrequencyCoupling),
-    (couplings, "AntitheticCoupling", AntitheticFrequencyCoupling),
-    (gp_couple, "IIDLengths", IIDWalkLengthCoupling),
-    (couplings.walk_lengths, "AntitheticTermination", AntitheticWalkLengthCoupling),
-    (couplings.frequencies, "IIDCoupling", IIDFrequencyCoupling),
-])
-def test_old_names_are_deprecated_aliases(module: ModuleType, old: str, new: type) -> None:
-    with pytest.warns(DeprecationWarning, match=f"{old} is deprecated; use {new.__name__}"):
-        assert getattr(module, old) is new
-    assert not hasattr(module, "NoSuchCoupling")
 
 
 def test_importing_the_package_warns_nothing() -> None:

@@ -203,10 +203,6 @@ def load_samples(model: ExactGP, samples: NUTSResult | Mapping[str, Tensor]) -> 
     draws = dict(samples.samples if isinstance(samples, NUTSResult) else samples)
     sites = prior_sites(model)
     expected = {site.name: site.shape for site in sites}
-    # Draws saved before the kernels' ``graph_kernel`` submodule became ``kernel_family``
-    # carry the old site names; they are the same hyperparameters.
-    draws = {name if name in expected else name.replace(".graph_kernel.", ".kernel_family."): value
-             for name, value in draws.items()}
     if set(draws) != set(expected):
         raise ValueError(f"samples have sites {sorted(draws)} but the model's priors are {sorted(expected)}")
     for name, value in draws.items():

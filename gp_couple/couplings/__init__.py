@@ -1,7 +1,6 @@
 """Couplings of random-feature samples: walk lengths (graphs) and frequencies (Euclidean)."""
 
-from .._deprecation import deprecated_aliases
-from . import frequencies, walk_lengths
+from . import frequencies
 from .directions import (
     DIRECTION_COUPLINGS,
     DirectionCoupling,
@@ -55,7 +54,3 @@ __all__ = [
     "get_direction_coupling",
     *frequencies.__all__,
 ]
-
-# Old names of the two families' i.i.d. and antithetic couplings, with a warning.
-__getattr__ = deprecated_aliases(__name__, {**walk_lengths.__getattr__.aliases,
-                                            **frequencies.__getattr__.aliases})

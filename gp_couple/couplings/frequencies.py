@@ -88,8 +88,6 @@ their public names.
 
 from __future__ import annotations
 
-from .._checks import check_batch_shape, check_positive_int  # noqa: F401 - imported from here by callers
-from .._deprecation import deprecated_aliases
 from . import chi, frequency_builtins, frequency_interface, frequency_lookup
 
 # This module gathers the public names of these four (their __all__, composed below).
@@ -105,9 +103,3 @@ __all__ = [
     *frequency_lookup.__all__,
     *chi.__all__,
 ]
-
-
-__getattr__ = deprecated_aliases(__name__, {
-    "IIDCoupling": ("IIDFrequencyCoupling", lambda: IIDFrequencyCoupling),  # noqa: F405 - star import above
-    "AntitheticCoupling": ("AntitheticFrequencyCoupling", lambda: AntitheticFrequencyCoupling),  # noqa: F405
-})

@@ -93,11 +93,6 @@ class ProposalTables:
     cumulative: np.ndarray
     choice_degrees: np.ndarray
 
-    @property
-    def all_uniform(self) -> bool:
-        """Whether every row uses the uniform draw."""
-        return self.cumulative.size == 0
-
 
 def uniform_ratios(graph: Graph) -> np.ndarray:
     r"""Importance ratios :math:`\widetilde W(u, v)\deg(u)` of uniform neighbour choice (CSR order, cached)."""

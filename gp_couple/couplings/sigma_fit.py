@@ -31,8 +31,7 @@ projections, the assignment and the fitting graph. Estimating the costs needs th
 sampler, which sits downstream of the couplings, so the fitting functions
 (:func:`~gp_couple.features.sigma_fit.fit_sigma_coupling`,
 :func:`~gp_couple.features.sigma_fit.fit_pagerank_sigma_coupling`) live in
-:mod:`gp_couple.features.sigma_fit`; their old names here still resolve, with a
-``DeprecationWarning``.
+:mod:`gp_couple.features.sigma_fit`.
 
 The paper fits on an Erdős–Rényi graph with :math:`N = 100` nodes and transfers the
 permutation to other graphs (:func:`default_fitting_graph`).
@@ -40,15 +39,12 @@ permutation to other graphs (:func:`default_fitting_graph`).
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from .._deprecation import deprecated_aliases
 from ..graphs import Graph, erdos_renyi_graph
 from .walk_lengths import SigmaCoupling, geometric_quantile
 
@@ -101,14 +97,3 @@ def sigma_coupling_from_cost(cost: np.ndarray, p_halt: float, metadata: dict[str
     return SigmaCoupling(permutation[np.argsort(rows)], p_halt=p_halt, metadata={
         **metadata, "cost": float(cost[rows, permutation].sum()),
         "identity_cost": float(np.trace(cost))})
-
-
-def _moved_to_features(name: str) -> Callable[[], Any]:
-    # Imported on use only: the fitting functions need the walk sampler, downstream of
-    # this module, and importing it here would invert the package's data flow.
-    return lambda: getattr(importlib.import_module("gp_couple.features.sigma_fit"), name)
-
-
-__getattr__ = deprecated_aliases(__name__, {
-    name: (f"gp_couple.features.sigma_fit.{name}", _moved_to_features(name))
-    for name in ("fit_sigma_coupling", "fit_pagerank_sigma_coupling", "pagerank_matching_cost")})

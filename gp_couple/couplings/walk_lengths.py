@@ -59,7 +59,6 @@ import numpy as np
 
 from .._checks import check_int, check_p_halt
 from .._counter_random import geometric_lengths
-from .._deprecation import deprecated_aliases
 from .._files import write_text_atomically
 from .._random import SeedLike, as_numpy_generator, draw_seed
 from ..registry import Registered, Registry, check_description_fields, check_json_value, json_type_name
@@ -492,9 +491,3 @@ def get_walk_length_coupling(coupling: str | WalkLengthCoupling) -> WalkLengthCo
 def coupling_from_dict(data: dict[str, Any]) -> WalkLengthCoupling:
     """Inverse of :meth:`WalkLengthCoupling.to_dict` for every registered coupling."""
     return WALK_LENGTH_COUPLINGS.from_dict(data)
-
-
-__getattr__ = deprecated_aliases(__name__, {
-    "IIDLengths": ("IIDWalkLengthCoupling", lambda: IIDWalkLengthCoupling),
-    "AntitheticTermination": ("AntitheticWalkLengthCoupling", lambda: AntitheticWalkLengthCoupling),
-})

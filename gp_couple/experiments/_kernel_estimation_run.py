@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..couplings.frequencies import check_positive_int, get_frequency_coupling
+from .._checks import check_positive_int
+from ..couplings.frequencies import get_frequency_coupling
 from ..evaluation.metrics import rmse
 from ..evaluation.posterior import GaussianPosterior, gp_posterior_from_blocks
 from ..features.fourier import feature_map, gaussian_kernel

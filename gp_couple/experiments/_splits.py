@@ -6,8 +6,8 @@ import zlib
 
 import numpy as np
 
+from .._checks import check_positive_int
 from .._random import SeedLike, as_numpy_generator
-from ..couplings.frequencies import check_positive_int
 
 __all__ = ["random_split", "standardise", "split_stream"]
 

@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..couplings.frequencies import check_positive_int, get_frequency_coupling
+from .._checks import check_positive_int
+from ..couplings.frequencies import get_frequency_coupling
 from ..features.fourier import softmax_kernel_features
 from ..progress import progress
 from ._options import ATTENTION_COUPLINGS

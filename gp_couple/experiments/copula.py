@@ -25,12 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..couplings.frequencies import (
-    AntitheticFrequencyCoupling,
-    FrequencyCoupling,
-    GaussianCopulaCoupling,
-    check_positive_int,
-)
+from .._checks import check_positive_int
+from ..couplings.frequencies import AntitheticFrequencyCoupling, FrequencyCoupling, GaussianCopulaCoupling
 from ..devices import resolve_device
 from ..kernels.random_features import CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
 from ..progress import progress as progress_bar

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._deprecation import deprecated_aliases, renamed_keywords
 from ..evaluation import gp_posterior, nlpd, rmse
 from ..exact import exact_kernel_matrix, normalized_adjacency_eigh
 from ..graphs import Graph
@@ -183,7 +182,6 @@ def _lbfgs_restart(kernel: str, start: dict[str, float], eigenvalues: torch.Tens
                 "iterations": len(history) - 1, "converged": history.converged}
 
 
-@renamed_keywords(series="kernel_family")
 def exact_predictions(graph: Graph, kernel_family: KernelFamily, outputscale: float, noise: float,
                       train_nodes: np.ndarray, test_nodes: np.ndarray, standardised: np.ndarray,
                       shift: float, scale: float) -> dict[str, float]:
@@ -197,6 +195,3 @@ def exact_predictions(graph: Graph, kernel_family: KernelFamily, outputscale: fl
     observed = standardised[test_nodes] * scale + shift
     return {"test_rmse": rmse(posterior.mean * scale + shift, observed),
             "test_nlpd": nlpd(posterior.mean * scale + shift, posterior.variance * scale**2, observed)}
-
-
-__getattr__ = deprecated_aliases(__name__, {"graph_kernel_at": ("kernel_family_at", lambda: kernel_family_at)})

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..couplings.walk_lengths import SigmaCoupling
+from ..datasets.graph_specs import resolve_graph
 from ..evaluation import relative_frobenius_error
 from ..exact import exact_kernel_matrix
 from ..features.grf import GraphRandomFeatures, gram_estimate
@@ -27,7 +28,6 @@ from ..features.sigma_fit import fit_sigma_coupling
 from ..kernel_families import Diffusion, KernelFamily, RegularisedLaplacian
 from ..progress import progress
 from ._couplings import walk_length_couplings, with_direction_labels
-from ._graphs import resolve_graph
 from ._options import GRF_GRAM_KERNELS as KERNELS
 from ._report import add_ratio_to_baseline, figure_folder, log_figures, summarize
 

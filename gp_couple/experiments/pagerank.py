@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 
 from ..couplings.walk_lengths import SigmaCoupling
+from ..datasets.graph_specs import resolve_graph
 from ..features.sigma_fit import fit_pagerank_sigma_coupling
 from ..pagerank import estimate_pagerank, exact_pagerank
 from ..progress import progress
 from ._couplings import walk_length_couplings, with_direction_labels
-from ._graphs import resolve_graph
 from ._report import (
     add_ratio_to_baseline,
     figure_folder,

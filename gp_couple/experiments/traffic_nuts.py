@@ -47,7 +47,8 @@ from ..datasets import load_traffic, traffic_split
 from ..evaluation import rmse
 from ..halting import suggest_p_halt
 from ..kernel_families import Diffusion
-from ..kernels.grf import ExactGraphKernel, GRFKernel
+from ..kernels.exact_graph import ExactGraphKernel
+from ..kernels.grf import GRFKernel
 from ..models import GraphGP, fit_gp
 from ._report import figure_folder, log_figures
 

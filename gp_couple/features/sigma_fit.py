@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 from .._checks import check_int, check_p_halt
-from .._deprecation import renamed_keywords
 from .._random import SeedLike, as_numpy_generator, draw_seed
 from ..couplings.proposals import NeighbourProposal, get_proposal
 from ..couplings.sigma_fit import (
@@ -54,7 +53,6 @@ def _bin_projections(graph: Graph, kernel_family: KernelFamily, p_halt: float, o
     return projections
 
 
-@renamed_keywords(graph_kernel="kernel_family")
 def fit_sigma_coupling(kernel_family: KernelFamily, p_halt: float, order: int = 30, *,
                        graph: Graph | None = None, samples_per_bin: int = 100,
                        seed: SeedLike = 0, proposal: NeighbourProposal | str | None = None) -> SigmaCoupling:

@@ -46,7 +46,7 @@ import torch
 from .._checks import check_int, check_p_halt, is_int
 from .._random import SeedLike, as_numpy_generator, draw_seed
 from ..couplings.directions import DirectionCoupling, get_direction_coupling
-from ..couplings.proposals import NeighbourProposal, get_proposal, uniform_ratios
+from ..couplings.proposals import NeighbourProposal, get_proposal
 from ..couplings.walk_lengths import (
     IIDWalkLengthCoupling,
     WalkLengthCoupling,
@@ -57,7 +57,7 @@ from ..graphs import Graph
 from . import _walk_kernels as kernels
 
 __all__ = ["WalkSteps", "sample_walks", "sample_walk_lengths", "walk_with_lengths",
-           "sample_walk_endpoints", "walk_endpoints_with_lengths", "validated_lengths", "walk_ratios",
+           "sample_walk_endpoints", "walk_endpoints_with_lengths", "validated_lengths",
            "expected_walk_bytes", "MAX_WALK_LENGTH"]
 
 #: Steps are stored as uint16; longer walks need an explicit ``max_length``.
@@ -173,11 +173,6 @@ def _check_start_nodes(graph: Graph, start_nodes: Any) -> np.ndarray:
         # share them and not be independent.
         raise ValueError("start_nodes contains duplicates; sample repeats with different seeds")
     return nodes.astype(np.int64)
-
-
-def walk_ratios(graph: Graph) -> np.ndarray:
-    r"""Per-edge importance ratio :math:`\widetilde W(u, v) \deg(u)` of uniform choice in CSR order (cached)."""
-    return uniform_ratios(graph)
 
 
 def expected_walk_bytes(num_rows: int, num_walkers: int, p_halt: float,

@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._deprecation import renamed_keywords
 from ..exact import DENSE_LIMIT, normalized_adjacency_eigh
 from ..graphs import Graph
 from ..kernel_families import KernelFamily
@@ -40,14 +39,12 @@ class ExactGraphKernel(GraphNodeKernel):
     (``load_state_dict(..., strict=False)`` ignores the GRF walk buffers).
 
     :param graph: The graph (at most :data:`gp_couple.exact.DENSE_LIMIT` nodes unless ``force``).
-    :param kernel_family: The kernel family (default :class:`~gp_couple.kernel_families.Diffusion`;
-        formerly ``graph_kernel``, still accepted with a ``DeprecationWarning``).
+    :param kernel_family: The kernel family (default :class:`~gp_couple.kernel_families.Diffusion`).
     :param batch_shape: Hyperparameter batch shape.
     :param force: Allow graphs above the dense limit.
     :param kwargs: Passed to :class:`gpytorch.kernels.Kernel`.
     """
 
-    @renamed_keywords(graph_kernel="kernel_family")
     def __init__(self, graph: Graph, kernel_family: KernelFamily | None = None, *,
                  batch_shape: torch.Size = torch.Size(), force: bool = False, **kwargs: Any) -> None:
         super().__init__(graph, kernel_family, batch_shape=batch_shape, **kwargs)

@@ -20,7 +20,6 @@ and public entry points that validated the indices already (the GP models, throu
 from __future__ import annotations
 
 import itertools
-import warnings
 from copy import deepcopy
 from typing import Any
 
@@ -29,7 +28,6 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from .._deprecation import renamed_keywords
 from ..graphs import Graph
 from ..kernel_families import Diffusion, KernelFamily
 from ._inputs import InputCache
@@ -158,8 +156,7 @@ class GraphNodeKernel(Kernel):
     r"""Base class of kernels on graph nodes with a :class:`~gp_couple.kernel_families.KernelFamily` submodule.
 
     Handles the graph, the ``kernel_family`` submodule and the validation of node-index
-    inputs. The submodule was called ``graph_kernel`` before: that keyword and attribute
-    still work with a ``DeprecationWarning``, and state dicts saved with it load.
+    inputs.
 
     :param graph: The graph.
     :param kernel_family: The kernel family and its hyperparameters (default
@@ -170,7 +167,6 @@ class GraphNodeKernel(Kernel):
 
     has_lengthscale = False
 
-    @renamed_keywords(graph_kernel="kernel_family")
     def __init__(self, graph: Graph, kernel_family: KernelFamily | None = None, *,
                  batch_shape: torch.Size = torch.Size(), **kwargs: Any) -> None:
         if not isinstance(graph, Graph):
@@ -188,13 +184,6 @@ class GraphNodeKernel(Kernel):
         self._graph = graph
         self.kernel_family = kernel_family
         self._node_cache = InputCache()
-
-    @property
-    def graph_kernel(self) -> KernelFamily:
-        """Deprecated name of :attr:`kernel_family`."""
-        warnings.warn(f"{type(self).__name__}.graph_kernel is deprecated; use kernel_family",
-                      DeprecationWarning, stacklevel=2)
-        return self.kernel_family
 
     @property
     def graph(self) -> Graph:
@@ -352,10 +341,6 @@ class GraphNodeKernel(Kernel):
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: Any,
                               strict: bool, missing_keys: list, unexpected_keys: list,
                               error_msgs: list) -> None:
-        # State dicts saved before the rename name the kernel family's entries graph_kernel.*.
-        old = prefix + "graph_kernel."
-        for key in [key for key in state_dict if key.startswith(old)]:
-            state_dict[prefix + "kernel_family." + key[len(old):]] = state_dict.pop(key)
         # Check everything before anything is copied, so a bad state leaves the kernel intact.
         if prefix + "_extra_state" in state_dict:
             self._check_graph_state(state_dict[prefix + "_extra_state"], prefix.rstrip("."))

@@ -27,11 +27,8 @@ inputs read nothing back from an accelerator. Batched inputs that hold the same 
 usual case: hyperparameter batches, e.g. Pyro samples) share one feature pattern;
 batch entries with different nodes are also exact and sparse, on a pattern padded to
 the union of their rows (so it grows with the batch). The kernel passes gpytorch's
-``BaseKernelTestCase``.
-
-The exact kernel :class:`~gp_couple.kernels.exact_graph.ExactGraphKernel` and the base
-class :class:`~gp_couple.kernels.graph_node.GraphNodeKernel` live in their own modules
-and are re-exported here.
+``BaseKernelTestCase``. Its base class is
+:class:`~gp_couple.kernels.graph_node.GraphNodeKernel`, shared with the exact kernels.
 """
 
 from __future__ import annotations
@@ -46,7 +43,6 @@ from linear_operator.operators import LinearOperator
 from torch import Tensor
 
 from .._checks import check_int, check_p_halt, is_int
-from .._deprecation import renamed_keywords
 from .._random import SeedLike, draw_seed
 from ..couplings.directions import (
     DirectionCoupling,
@@ -63,12 +59,10 @@ from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
 from ..kernel_families import KernelFamily
 from ..operators import CSRPattern, GRFGramLinearOperator, SparseFeatureLinearOperator
 from ._inputs import InputCache, same_inputs
-from .exact_graph import ExactGraphKernel
-from .graph_node import GraphNodeKernel, check_node_values, node_index_tensor
+from .graph_node import GraphNodeKernel
 
-__all__ = ["GRFKernel", "GraphNodeKernel", "ExactGraphKernel", "MAX_PREDICT_WALKERS", "PREDICT_GRAM_TOLERANCE",
-           "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT",
-           "TRAIN_WALKERS", "check_node_values", "node_index_tensor"]
+__all__ = ["GRFKernel", "MAX_PREDICT_WALKERS", "PREDICT_GRAM_TOLERANCE", "PREDICT_WALKERS", "SIGMA_ORDER",
+           "TRAIN_P_HALT", "TRAIN_WALKERS"]
 
 #: Walkers per node of the training configuration (the constructor's default).
 TRAIN_WALKERS = 48
@@ -122,8 +116,7 @@ class GRFKernel(GraphNodeKernel):
         :class:`~gp_couple.couplings.walk_lengths.WalkLengthCoupling` (e.g. a fitted
         :class:`~gp_couple.couplings.walk_lengths.SigmaCoupling`).
     :param kernel_family: The kernel family and its hyperparameters (default
-        :class:`~gp_couple.kernel_families.Diffusion`), exposed as ``kernel.kernel_family``
-        (formerly ``graph_kernel``, still accepted with a ``DeprecationWarning``).
+        :class:`~gp_couple.kernel_families.Diffusion`), exposed as ``kernel.kernel_family``.
     :param max_length: Optional cap on walk lengths (truncates the series).
     :param seed: Seed of the walks (int, generator or ``None`` for a draw from torch's
         global generator; the int actually used is kept in :attr:`seed`).
@@ -138,7 +131,6 @@ class GRFKernel(GraphNodeKernel):
     :param kwargs: Passed to :class:`gpytorch.kernels.Kernel`.
     """
 
-    @renamed_keywords(graph_kernel="kernel_family")
     def __init__(self, graph: Graph, num_walkers: int = TRAIN_WALKERS, p_halt: float = TRAIN_P_HALT,
                  coupling: str | WalkLengthCoupling = "antithetic", kernel_family: KernelFamily | None = None,
                  max_length: int | None = None, seed: SeedLike = 0, nodes: Any = None,

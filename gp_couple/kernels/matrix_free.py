@@ -33,7 +33,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._deprecation import renamed_keywords
 from ..graphs import Graph
 from ..kernel_families import KernelFamily
 from ..operators.chebyshev import (
@@ -72,8 +71,7 @@ class MatrixFreeGraphKernel(GraphNodeKernel):
     are construction settings, not saved in the state dict.
 
     :param graph: The graph.
-    :param kernel_family: The kernel family (default :class:`~gp_couple.kernel_families.Diffusion`;
-        formerly ``graph_kernel``, still accepted with a ``DeprecationWarning``).
+    :param kernel_family: The kernel family (default :class:`~gp_couple.kernel_families.Diffusion`).
     :param tolerance: Relative truncation tolerance in ``[1e-14, 1)`` (default ``1e-8``).
     :param max_degree: Largest Chebyshev degree; a kernel needing more raises ``ValueError``
         when evaluated (default 2000).
@@ -83,7 +81,6 @@ class MatrixFreeGraphKernel(GraphNodeKernel):
     :raises ValueError: If ``tolerance`` or ``max_degree`` is out of range.
     """
 
-    @renamed_keywords(graph_kernel="kernel_family")
     def __init__(self, graph: Graph, kernel_family: KernelFamily | None = None, *,
                  tolerance: float = DEFAULT_TOLERANCE, max_degree: int = DEFAULT_MAX_DEGREE,
                  batch_shape: torch.Size = torch.Size(), **kwargs: Any) -> None:

@@ -40,13 +40,9 @@ from linear_operator.operators import (
 )
 from torch import Tensor
 
+from .._checks import check_positive_int
 from .._random import SeedLike, as_numpy_generator
-from ..couplings.frequencies import (
-    FREQUENCY_COUPLINGS,
-    FrequencyCoupling,
-    check_positive_int,
-    get_frequency_coupling,
-)
+from ..couplings.frequencies import FREQUENCY_COUPLINGS, FrequencyCoupling, get_frequency_coupling
 from ..features.fourier import check_finite_inputs, feature_map, gaussian_kernel, num_feature_columns
 from ..optimize import Convergence, TrainingHistory, check_schedule, minimize
 from ._inputs import InputCache, same_inputs

@@ -44,7 +44,6 @@ from linear_operator.utils.getitem import _is_noop_index, _noop_index
 from torch import Tensor
 
 from .._checks import check_int
-from .._deprecation import renamed_keywords
 from ..kernel_families import KernelFamily
 
 __all__ = [
@@ -156,7 +155,6 @@ def check_tolerance(tolerance: Any, max_degree: Any) -> tuple[float, int]:
     return float(tolerance), check_int("max_degree", max_degree, 1)
 
 
-@renamed_keywords(series="kernel_family")
 def chebyshev_expansion(kernel_family: KernelFamily, tolerance: float = DEFAULT_TOLERANCE,
                         max_degree: int = DEFAULT_MAX_DEGREE) -> ChebyshevExpansion:
     r"""Chebyshev expansion of a graph kernel, truncated at a stated relative tolerance.

@@ -157,18 +157,6 @@ def test_load_samples_checks_the_sites(graph_model) -> None:
         load_samples(graph_model(), {"covar_module.outputscale_prior": torch.ones(3)})
 
 
-def test_load_samples_accepts_site_names_saved_before_the_kernel_family_rename(graph_model) -> None:
-    model = graph_model()
-    sites = {site.name: site.shape for site in prior_sites(model)}
-    renamed = [name for name in sites if ".kernel_family." in name]
-    assert renamed, "the fixture's graph kernel has a prior on a kernel-family hyperparameter"
-    draws = {name.replace(".kernel_family.", ".graph_kernel."): torch.full((2, *shape), 0.5)
-             for name, shape in sites.items()}
-    load_samples(model, draws)
-    gamma = model.covar_module.base_kernel.kernel_family.gamma
-    assert gamma.shape[0] == 2 and torch.allclose(gamma, torch.full_like(gamma, 0.5))
-
-
 class _GammaWithoutExpand(gpytorch.priors.GammaPrior):
     """A user's prior class that does not implement ``expand`` (torch's default raises NotImplementedError)."""
 

@@ -52,13 +52,3 @@ def test_bin_lengths_cover_their_quantiles() -> None:
 def test_default_fitting_graph_is_the_papers_erdos_renyi_graph() -> None:
     graph = default_fitting_graph()
     assert graph.num_nodes == 100
-
-
-@pytest.mark.parametrize("name", ["fit_sigma_coupling", "fit_pagerank_sigma_coupling",
-                                  "pagerank_matching_cost"])
-def test_fitting_functions_moved_downstream_of_the_sampler(name: str) -> None:
-    import gp_couple.couplings.sigma_fit as old
-    import gp_couple.features.sigma_fit as new
-
-    with pytest.warns(DeprecationWarning, match=f"use gp_couple.features.sigma_fit.{name}"):
-        assert getattr(old, name) is getattr(new, name)

@@ -5,14 +5,12 @@ from __future__ import annotations
 import pytest
 
 from gp_couple.datasets import resolve_graph
-from gp_couple.experiments._graphs import resolve_graph as experiments_resolve_graph
 
 
 def test_procedural_specs() -> None:
     assert resolve_graph("grid:3x4").num_nodes == 12
     assert resolve_graph("icosphere:1").num_nodes == 80  # faces of a once-subdivided icosahedron
     assert resolve_graph("erdos-renyi:30:0.2:1").num_nodes == 30
-    assert experiments_resolve_graph is resolve_graph
 
 
 @pytest.mark.parametrize("spec, message", [

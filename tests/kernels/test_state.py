@@ -147,3 +147,20 @@ def test_a_random_feature_state_without_extra_state_must_fit_the_kernel() -> Non
     fitting = CoupledRFFKernel(num_features=9, num_dims=3, coupling="iid", seed=1)
     fitting.load_state_dict(state, strict=False)
     assert torch.equal(fitting.noise_frequencies, state["noise_frequencies"])
+
+
+def test_saved_states_of_the_current_format_load_into_fresh_kernels() -> None:
+    """The files in tests/fixtures (written by make_fixtures.py) give their writer's kernel matrices."""
+    from tests.fixtures import make_fixtures as fixtures
+
+    nodes = torch.arange(9, dtype=torch.float64).unsqueeze(-1)
+    points = torch.linspace(-1.0, 1.0, 10, dtype=torch.float64).reshape(5, 2)
+    cases = [(fixtures.GRF_STATE, fixtures.saved_grf_kernel, lambda: fixtures.grf_kernel(seed=1), nodes),
+             (fixtures.RFF_STATE, fixtures.saved_rff_kernel, lambda: fixtures.rff_kernel(seed=1), points)]
+    for path, writer, fresh, inputs in cases:
+        expected, loaded = writer().double(), fresh().double()
+        with torch.no_grad():
+            assert not torch.allclose(loaded(inputs).to_dense(), expected(inputs).to_dense())
+            loaded.load_state_dict(torch.load(path, weights_only=True))
+            torch.testing.assert_close(loaded(inputs).to_dense(), expected(inputs).to_dense(),
+                                       rtol=1e-12, atol=1e-12)
