@@ -24,18 +24,25 @@ def is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def check_p_halt(p_halt: Any) -> float:
-    """A termination probability as a float in the open interval ``(0, 1)``.
+def check_fraction(name: str, value: Any) -> float:
+    """``value`` as a float in the open interval ``(0, 1)`` (probabilities, relative tolerances).
 
-    :raises TypeError: If ``p_halt`` is not a real number (``bool`` included).
+    :param name: Argument name used in the messages.
+    :param value: The argument.
+    :raises TypeError: If ``value`` is not a real number (``bool`` included).
     :raises ValueError: If it is NaN or outside ``(0, 1)``.
     """
-    if isinstance(p_halt, bool) or not isinstance(p_halt, (int, float, np.floating, np.integer)):
-        raise TypeError(f"p_halt must be a float, got {type(p_halt).__name__}")
-    value = float(p_halt)
-    if not (0.0 < value < 1.0) or math.isnan(value):
-        raise ValueError(f"p_halt must lie strictly between 0 and 1, got {p_halt}")
-    return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    result = float(value)
+    if not (0.0 < result < 1.0) or math.isnan(result):
+        raise ValueError(f"{name} must lie strictly between 0 and 1, got {value}")
+    return result
+
+
+def check_p_halt(p_halt: Any) -> float:
+    """A termination probability as a float in the open interval ``(0, 1)`` (:func:`check_fraction`)."""
+    return check_fraction("p_halt", p_halt)
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -52,6 +59,18 @@ def check_int(name: str, value: Any, minimum: int = 1) -> int:
     if int(value) < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {int(value)}")
     return int(value)
+
+
+def check_even_walkers(name: str, value: Any) -> int:
+    """An even number of walkers per node, at least 2: antithetic and σ-coupled walkers come in pairs.
+
+    :raises TypeError: If ``value`` is not an int.
+    :raises ValueError: If it is below 2 or odd.
+    """
+    walkers = check_int(name, value, 2)
+    if walkers % 2:
+        raise ValueError(f"{name} must be even (antithetic and sigma-coupled walkers come in pairs), got {walkers}")
+    return walkers
 
 
 def check_positive_int(name: str, value: Any) -> int:

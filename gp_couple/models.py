@@ -330,12 +330,13 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
             variance: str = "auto", variance_tolerance: float = 0.01, seed: SeedLike = None) -> Prediction:
     r"""Predictive mean and variance at ``nodes`` (no gradients).
 
-    The mean is gpytorch's (a solve with the training covariance, by Cholesky or CG as
-    the gpytorch settings choose). The variances are computed by
+    The variances are computed by
     :func:`gp_couple.predictive_variance.posterior_variance` to a stated accuracy:
-    by a float64 Cholesky factor on small training sets, by a block Krylov subspace
-    grown until the estimated relative error is below ``variance_tolerance`` on large
-    ones; the estimate comes back with them (:attr:`Prediction.estimate`). Caches of an
+    by a float64 Cholesky factor on training sets up to
+    :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` points, whose factor also
+    gives the mean; by a block Krylov subspace grown until the estimated relative error is
+    below ``variance_tolerance`` on larger ones, with gpytorch's mean (a CG solve under its
+    settings). The estimate comes back with them (:attr:`Prediction.estimate`). Caches of an
     earlier prediction are dropped if any parameter or buffer changed since (e.g. after
     :meth:`~gp_couple.kernels.grf.GRFKernel.resample`).
 
@@ -354,9 +355,10 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
     :return: A :class:`Prediction` (unpacks as ``mean, variance``, each of shape
         ``(n,)`` plus any batch shape).
     :raises ValueError: For an unknown ``variance`` method or a tolerance outside (0, 1).
+    :raises TypeError: For a tolerance that is not a number.
     """
     _check_pair(model, likelihood)
-    check_variance_method(variance, variance_tolerance)
+    variance_tolerance = check_variance_method(variance, variance_tolerance)
     if isinstance(model, GraphGP):
         inputs = model.node_inputs(nodes)
     else:
@@ -369,8 +371,6 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
     _drop_stale_caches(model)
     try:
         with torch.no_grad(), seeded_torch_rng(seed):
-            with gpytorch.settings.skip_posterior_variances(True):
-                mean = model(inputs).mean
             train_inputs = model.train_inputs[0]
             prior = model.forward(train_inputs)
             train_covariance = likelihood(prior, train_inputs).lazy_covariance_matrix
@@ -378,8 +378,16 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
             prior_diagonal = model.covar_module(inputs, diag=True)
             noise_floor = float((train_covariance.diagonal() - prior.lazy_covariance_matrix.diagonal()).min())
             start_seed = int(torch.randint(0, 2**31 - 1, ()).item())
-            latent, estimate = posterior_variance(train_covariance, cross, prior_diagonal, noise_floor, method=variance,
-                                                  tolerance=float(variance_tolerance), seed=start_seed)
+            # The dense method's factor gives the mean as well; otherwise gpytorch's solve does.
+            residual = model.train_targets - prior.mean if hasattr(model, "mean_module") else None
+            latent, estimate, mean_shift = posterior_variance(
+                train_covariance, cross, prior_diagonal, noise_floor, method=variance, tolerance=variance_tolerance,
+                seed=start_seed, residual=residual)
+            if mean_shift is not None:
+                mean = model.mean_module(inputs).to(prior_diagonal.dtype) + mean_shift.to(prior_diagonal.dtype)
+            else:
+                with gpytorch.settings.skip_posterior_variances(True):
+                    mean = model(inputs).mean
             latent = latent.to(mean.dtype)
             if noise:
                 from linear_operator.operators import DiagLinearOperator

@@ -50,6 +50,8 @@ from linear_operator import to_linear_operator
 from linear_operator.operators import LinearOperator
 from torch import Tensor
 
+from ._checks import check_fraction
+
 __all__ = ["DENSE_VARIANCE_SIZE", "VARIANCE_METHODS", "VarianceEstimate", "posterior_variance"]
 
 #: Largest training set whose variances are computed by dense float64 Cholesky under ``"auto"``.
@@ -87,15 +89,20 @@ class VarianceEstimate:
     converged: bool
 
 
-def _dense_variance(train_covariance: LinearOperator, cross: LinearOperator, prior_diagonal: Tensor) -> Tensor:
-    """Exact variances by a float64 Cholesky factor of the (unbatched) training covariance."""
+def _dense_moments(train_covariance: LinearOperator, cross: LinearOperator, prior_diagonal: Tensor,
+                   residual: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """Exact variances (and mean corrections) by a float64 Cholesky factor of the (unbatched) training covariance."""
     factor = torch.linalg.cholesky(train_covariance.to_dense().double())
+    weights = None if residual is None else torch.cholesky_solve(residual.double().unsqueeze(-1), factor)
     variance = prior_diagonal.double().clone()
+    shift = None if residual is None else variance.new_empty(variance.shape)
     for start in range(0, cross.shape[-2], _TEST_CHUNK):
         rows = cross[start:start + _TEST_CHUNK, :].to_dense().double()
         solved = torch.linalg.solve_triangular(factor, rows.mT, upper=False)
         variance[start:start + _TEST_CHUNK] -= solved.square().sum(0)
-    return variance
+        if shift is not None:
+            shift[start:start + _TEST_CHUNK] = (rows @ weights).squeeze(-1)
+    return variance, shift
 
 
 def _orthonormal(block: Tensor, basis: list[Tensor]) -> Tensor:
@@ -156,7 +163,8 @@ def _lanczos_variance(train_covariance: LinearOperator, cross: LinearOperator, p
 
 def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearOperator | Tensor,
                        prior_diagonal: Tensor, noise_floor: float, *, method: str = "auto", tolerance: float = 0.01,
-                       seed: int = 0) -> tuple[Tensor, VarianceEstimate]:
+                       seed: int = 0,
+                       residual: Tensor | None = None) -> tuple[Tensor, VarianceEstimate, Tensor | None]:
     r"""Latent posterior variances :math:`k(x_*, x_*) - \mathbf k_*^\top \mathbf A^{-1}\mathbf k_*`.
 
     :param train_covariance: :math:`\mathbf A = \mathbf K_{XX} + \sigma_n^2\mathbf I`,
@@ -169,9 +177,13 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
         points, ``"lanczos"`` above), ``"dense"`` or ``"lanczos"``.
     :param tolerance: Largest relative error the ``"lanczos"`` estimate may have.
     :param seed: Seed of the random start block of ``"lanczos"``.
-    :return: ``(variance, estimate)``: variances in float64 of shape ``(*batch, t)``
-        (clamped at zero), and the :class:`VarianceEstimate` of the least accurate batch
-        entry.
+    :param residual: :math:`\mathbf y - \boldsymbol\mu_X`, shape ``(*batch, n)``: the
+        ``"dense"`` method then also returns the posterior mean correction
+        :math:`\mathbf K_{*X}\mathbf A^{-1}(\mathbf y - \boldsymbol\mu_X)` from the same factor.
+    :return: ``(variance, estimate, mean_shift)``: variances in float64 of shape
+        ``(*batch, t)`` (clamped at zero), the :class:`VarianceEstimate` of the least
+        accurate batch entry, and the mean correction in float64 (``None`` without
+        ``residual`` or for ``"lanczos"``, whose caller solves for the mean itself).
     """
     train_covariance = to_linear_operator(train_covariance)
     cross = to_linear_operator(cross)
@@ -182,14 +194,20 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
     train_covariance = train_covariance.expand(*batch_shape, size, size)
     cross = cross.expand(*batch_shape, *cross.shape[-2:])
     prior_diagonal = prior_diagonal.expand(*batch_shape, prior_diagonal.shape[-1])
+    if residual is not None:
+        residual = residual.expand(*batch_shape, size)
     variances: list[Tensor] = []
+    shifts: list[Tensor] = []
     estimates: list[VarianceEstimate] = []
     generator = torch.Generator().manual_seed(int(seed))
     for index in (torch.cartesian_prod(*(torch.arange(s) for s in batch_shape)).reshape(-1, len(batch_shape)).tolist()
                   if batch_shape else [[]]):
         entry = tuple(index)
         if method == "dense":
-            variances.append(_dense_variance(train_covariance[entry], cross[entry], prior_diagonal[entry]))
+            variance, shift = _dense_moments(train_covariance[entry], cross[entry], prior_diagonal[entry],
+                                             None if residual is None else residual[entry])
+            variances.append(variance)
+            shifts.extend([] if shift is None else [shift])
             estimates.append(VarianceEstimate("dense", size, 0.0, True))
         else:
             variance, estimate = _lanczos_variance(train_covariance[entry], cross[entry], prior_diagonal[entry],
@@ -197,17 +215,17 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
             variances.append(variance)
             estimates.append(estimate)
     variance = torch.stack(variances).reshape(*batch_shape, -1).clamp_min(0.0)
+    mean_shift = torch.stack(shifts).reshape(*batch_shape, -1) if shifts else None
     worst = max(estimates, key=lambda estimate: (not estimate.converged, estimate.relative_error))
-    return variance, worst
+    return variance, worst, mean_shift
 
 
-def check_variance_method(method: object, tolerance: object) -> None:
-    """Validate the variance method and tolerance of a public entry point.
+def check_variance_method(method: object, tolerance: object) -> float:
+    """Validate the variance method and tolerance of a public entry point; return the tolerance.
 
-    :raises ValueError: Naming the argument.
+    :raises ValueError: For an unknown method or a tolerance outside (0, 1).
+    :raises TypeError: For a tolerance that is not a number.
     """
     if method not in VARIANCE_METHODS:
         raise ValueError(f"variance must be one of {list(VARIANCE_METHODS)}, got {method!r}")
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
-            or not (0 < tolerance < 1 and math.isfinite(tolerance)):
-        raise ValueError(f"variance_tolerance must be a float in (0, 1), got {tolerance!r}")
+    return check_fraction("variance_tolerance", tolerance)

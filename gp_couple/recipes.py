@@ -37,7 +37,7 @@ import gpytorch
 import numpy as np
 import torch
 
-from ._checks import check_int, is_int
+from ._checks import check_even_walkers, check_fraction, check_int
 from ._random import SeedLike, draw_seed
 from .devices import resolve_device
 from .graphs import Graph
@@ -64,18 +64,6 @@ TRAIN_GRAM_TOLERANCE = 0.03
 MAX_PHASES = 4
 #: The walks are redrawn for a lower termination probability only below this fraction of the current one.
 _P_HALT_STEP = 0.8
-
-
-def _check_walkers(name: str, value: Any) -> int:
-    if not is_int(value) or value < 2 or value % 2:
-        raise ValueError(f"{name} must be an even int >= 2 (antithetic and sigma-coupled pairs), got {value!r}")
-    return int(value)
-
-
-def _check_tolerance(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise ValueError(f"{name} must be a float in (0, 1), got {value!r}")
-    return float(value)
 
 
 def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
@@ -126,13 +114,13 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
         hint = (" (convert a networkx graph with gp_couple.Graph.from_networkx(graph); its nodes are numbered "
                 "in graph.nodes order)" if type(graph).__module__.startswith("networkx") else "")
         raise TypeError(f"graph must be a gp_couple Graph, got {type(graph).__name__}{hint}")
-    train_walkers = _check_walkers("train_walkers", train_walkers)
-    max_train_walkers = _check_walkers("max_train_walkers", max_train_walkers)
+    train_walkers = check_even_walkers("train_walkers", train_walkers)
+    max_train_walkers = check_even_walkers("max_train_walkers", max_train_walkers)
     if predict_walkers is not None:
-        predict_walkers = _check_walkers("predict_walkers", predict_walkers)
-    max_predict_walkers = _check_walkers("max_predict_walkers", max_predict_walkers)
-    train_tolerance = _check_tolerance("train_tolerance", train_tolerance)
-    predict_tolerance = _check_tolerance("predict_tolerance", predict_tolerance)
+        predict_walkers = check_even_walkers("predict_walkers", predict_walkers)
+    max_predict_walkers = check_even_walkers("max_predict_walkers", max_predict_walkers)
+    train_tolerance = check_fraction("train_tolerance", train_tolerance)
+    predict_tolerance = check_fraction("predict_tolerance", predict_tolerance)
     phases = check_int("phases", phases, 1)
     base_seed = draw_seed(seed)
     train = node_index_array(train_nodes, "train_nodes", graph.num_nodes)

@@ -142,3 +142,20 @@ def test_memory_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert issubclass(_checks.TooLargeError, ValueError)
     monkeypatch.setattr(_checks, "available_memory", lambda: None)
     _checks.check_memory("anything", 1e30)  # unknown memory: nothing is refused
+
+
+def test_check_fraction_and_check_even_walkers():
+    from gp_couple._checks import check_even_walkers, check_fraction
+
+    assert check_fraction("tolerance", 0.25) == 0.25
+    for bad in (0.0, 1.0, float("nan"), -0.5):
+        with pytest.raises(ValueError, match="tolerance must lie strictly between 0 and 1"):
+            check_fraction("tolerance", bad)
+    with pytest.raises(TypeError, match="tolerance must be a float"):
+        check_fraction("tolerance", "0.5")
+    assert check_even_walkers("walkers", 8) == 8
+    for bad in (0, 3):
+        with pytest.raises(ValueError, match="walkers must be"):
+            check_even_walkers("walkers", bad)
+    with pytest.raises(TypeError, match="walkers must be an int"):
+        check_even_walkers("walkers", 4.0)

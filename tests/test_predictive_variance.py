@@ -100,28 +100,32 @@ def test_lanczos_is_seeded_and_exact_once_the_subspace_is_the_whole_space():
     train = joint[:40, :40] + 0.1 * torch.eye(40, dtype=torch.float64)
     cross, prior = joint[40:, :40], joint.diagonal()[40:]
     exact = prior - (cross @ torch.linalg.solve(train, cross.T)).diagonal()
-    first, estimate = posterior_variance(train, cross, prior, 0.1, method="lanczos", tolerance=1e-12, seed=1)
-    second, _ = posterior_variance(train, cross, prior, 0.1, method="lanczos", tolerance=1e-12, seed=1)
+    first, estimate, no_shift = posterior_variance(train, cross, prior, 0.1, method="lanczos", tolerance=1e-12,
+                                                   seed=1, residual=torch.ones(40, dtype=torch.float64))
+    second, _, _ = posterior_variance(train, cross, prior, 0.1, method="lanczos", tolerance=1e-12, seed=1)
+    assert no_shift is None
     assert torch.equal(first, second)
     torch.testing.assert_close(first, exact, rtol=1e-8, atol=1e-10)
-    dense, dense_estimate = posterior_variance(train, cross, prior, 0.1, method="dense")
+    residual = torch.linspace(-1, 1, 40, dtype=torch.float64)
+    dense, dense_estimate, shift = posterior_variance(train, cross, prior, 0.1, method="dense", residual=residual)
+    torch.testing.assert_close(shift, cross @ torch.linalg.solve(train, residual), rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(dense, exact, rtol=1e-10, atol=1e-12)
     assert dense_estimate == VarianceEstimate("dense", 40, 0.0, True)
     # Batches are computed entry by entry.
-    batched, _ = posterior_variance(torch.stack([train, 2 * train]), cross, prior, 0.1, method="dense")
+    batched, _, _ = posterior_variance(torch.stack([train, 2 * train]), cross, prior, 0.1, method="dense")
     assert batched.shape == (2, 7)
     torch.testing.assert_close(batched[0], exact)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"variance": "fast"}, "variance must be one of"),
-    ({"variance_tolerance": 0.0}, "variance_tolerance"),
-    ({"variance_tolerance": float("nan")}, "variance_tolerance"),
-    ({"variance_tolerance": True}, "variance_tolerance"),
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"variance": "fast"}, ValueError, "variance must be one of"),
+    ({"variance_tolerance": 0.0}, ValueError, "variance_tolerance"),
+    ({"variance_tolerance": float("nan")}, ValueError, "variance_tolerance"),
+    ({"variance_tolerance": True}, TypeError, "variance_tolerance"),
 ])
-def test_predict_rejects_bad_variance_options(kwargs, message):
+def test_predict_rejects_bad_variance_options(kwargs, error, message):
     model = _model("grf")
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(error, match=message):
         predict(model, model.likelihood, TEST[:3], **kwargs)
 
 

@@ -42,7 +42,7 @@ import torch
 from linear_operator.operators import LinearOperator
 from torch import Tensor
 
-from .._checks import check_int, check_p_halt, is_int
+from .._checks import check_even_walkers, check_fraction, check_int, check_p_halt, is_int
 from .._random import SeedLike, draw_seed
 from ..couplings.directions import (
     DirectionCoupling,
@@ -262,14 +262,13 @@ class GRFKernel(GraphNodeKernel):
             ``None`` uses the kernel's seed plus one.
         :param sigma_fit_samples: Walks per node and bin when fitting the σ-coupling.
         :return: ``self``.
-        :raises ValueError: If ``num_walkers`` is not an even int >= 2, or ``tolerance`` is
-            not in (0, 1).
+        :raises TypeError: If a walker count is not an int or ``tolerance`` not a number.
+        :raises ValueError: If a walker count is odd or below 2, or ``tolerance`` is not in (0, 1).
         """
-        if num_walkers is not None and (not is_int(num_walkers) or num_walkers < 2 or num_walkers % 2):
-            raise ValueError(f"num_walkers must be an even int >= 2 (sigma-coupled pairs), got {num_walkers!r}")
-        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
-            raise ValueError(f"tolerance must be a float in (0, 1), got {tolerance!r}")
-        max_walkers = check_int("max_walkers", max_walkers, 2)
+        if num_walkers is not None:
+            num_walkers = check_even_walkers("num_walkers", num_walkers)
+        tolerance = check_fraction("tolerance", tolerance)
+        max_walkers = check_even_walkers("max_walkers", max_walkers)
         base_seed = self.seed + 1 if seed is None else draw_seed(seed)
         p_halt = self.halting_for_range() if follow_range else self.p_halt
         with torch.no_grad():
