@@ -18,18 +18,37 @@ block Krylov with a residual bound above). Methods, each in a fresh subprocess:
 * ``recipe_at_exact`` (diagnosis): the recipe's prediction walks at the exact GP's
   hyperparameters, without training (prediction error alone);
 * ``exact_at_recipe`` (diagnosis): the exact kernel at the recipe's learnt hyperparameters
-  (training drift alone).
+  (training drift alone);
+* ``defaults``: what a user gets from the constructor (issue 19, section 4):
+  ``ScaleKernel(GRFKernel(graph, nodes=train ∪ test, seed=seed))`` with every other argument
+  at its default, trained by :func:`gp_couple.models.fit_gp` to convergence (L-BFGS, its
+  stopping rule; ``fit_gp``'s own default optimiser is Adam without a stopping rule) and
+  predicted by :func:`gp_couple.models.predict` on the training walks, all under
+  ``grf_gp_settings()``. The ``resampled_*`` fields then predict again after
+  ``GRFKernel.resample_for_prediction()`` at its defaults (the README quick start's way to
+  the prediction walkers);
+* ``exact_at_defaults`` (diagnosis): the exact kernel at the ``defaults`` model's learnt
+  hyperparameters (its training drift alone).
 
 Problems are those of ``bench_graph_gp_accuracy.py`` (``bumpy``, ``grid:RxC``,
-``icosphere:K``, ``mesh:NAME``, ``prior:GAMMA:GRAPH``).
+``icosphere:K``, ``mesh:NAME``, ``prior:GAMMA:GRAPH``, ``traffic``). ``mesh:NAME``,
+``traffic`` and ``prior:GAMMA:traffic`` (a prior draw on the weighted road graph) read
+``--data-dir`` (or ``$GP_COUPLE_DATA``); without the data they are skipped with the reason.
 
 Run: ``python benchmarks/bench_convergence.py --problems bumpy prior:3:grid:50x50
---json-out benchmarks/results/convergence.json``
+--json-out benchmarks/results/convergence.json``; held-out problems:
+``python benchmarks/bench_convergence.py --data-dir ../shared/datasets --problems traffic
+prior:3:traffic mesh:torus --methods recipe exact recipe_at_exact exact_at_recipe defaults``.
+``--exact-from FILE ...`` reuses the exact GP rows of earlier runs (same problem and seed)
+instead of retraining them (marked ``"exact_from"``), e.g. to add ``defaults`` to
+``convergence.json``'s problems: from the default start alone the exact GP can end in a
+worse basin (see ``exact``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -42,7 +61,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _measure import dispatch_worker, emit_report, run_in_subprocess  # noqa: E402
 from bench_graph_gp_accuracy import problem  # noqa: E402
 
-METHODS = ("recipe", "exact", "recipe_at_exact", "exact_at_recipe")
+METHODS = ("recipe", "exact", "recipe_at_exact", "exact_at_recipe", "defaults", "exact_at_defaults")
+#: Problems that read the data directory.
+DATA_PROBLEMS = ("mesh:", "traffic", "prior:")
 
 
 def _model(graph: Any, train: np.ndarray, observed: np.ndarray, base: Any) -> tuple[Any, Any]:
@@ -100,12 +121,19 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
             model, likelihood = _model(graph, train, observed, base)
             _set(model, likelihood, hyper)
             base.resample_for_prediction(seed=seed)
-        elif method == "exact_at_recipe":
+        elif method == "defaults":
+            defaults = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed)
+            model, likelihood = _model(graph, train, observed, defaults)
+            with grf_gp_settings():
+                history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
+            result.update(iterations=len(history), evaluations=history.evaluations, converged=history.converged,
+                          final_loss=history[-1], train_walkers=defaults.num_walkers, train_p_halt=defaults.p_halt)
+        elif method in ("exact_at_recipe", "exact_at_defaults"):
             model, likelihood = _model(graph, train, observed, _exact_kernel(graph, hyper["gamma"], dense_limit))
             _set(model, likelihood, hyper)
         else:
             best = None
-            for start_at in (None, hyper):
+            for start_at in (None,) if hyper is None else (None, hyper):
                 began = time.perf_counter()
                 model, likelihood = _model(graph, train, observed, _exact_kernel(graph, 1.0, dense_limit))
                 if start_at is not None:
@@ -133,9 +161,35 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
     mean, variance = prediction.mean.double().numpy(), prediction.variance.double().numpy()
     result.update(test_rmse=rmse(mean, signal[test]), test_nlpd=nlpd(mean, variance, observed[test]),
                   variance_method=prediction.estimate.method, variance_error=prediction.estimate.relative_error,
-                  train_s=train_s, total_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu,
-                  warnings=sorted({f"{type(w.message).__name__}: {str(w.message)[:160]}" for w in caught}))
+                  train_s=train_s, total_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu)
+    if method == "defaults":
+        # The same trained model, predicted again with prediction walkers (README quick start).
+        with warnings.catch_warnings(record=True) as more:
+            warnings.simplefilter("always")
+            began = time.perf_counter()
+            with grf_gp_settings():
+                base.resample_for_prediction(seed=seed)
+                prediction = predict(model, likelihood, test, seed=seed)
+        caught += more
+        mean, variance = prediction.mean.double().numpy(), prediction.variance.double().numpy()
+        result.update(resampled_test_rmse=rmse(mean, signal[test]),
+                      resampled_test_nlpd=nlpd(mean, variance, observed[test]),
+                      resampled_walkers=base.num_walkers, resampled_p_halt=base.p_halt,
+                      resampled_gram_error_estimate=base.gram_error_estimate,
+                      resampled_total_s=result["total_s"] + time.perf_counter() - began)
+    result.update(warnings=sorted({f"{type(w.message).__name__}: {str(w.message)[:160]}" for w in caught}))
     return result
+
+
+def missing_data(spec: str) -> str | None:
+    """Why the data of ``spec`` cannot be read (``None`` if they can, or it needs none)."""
+    if not spec.startswith(DATA_PROBLEMS) or (spec.startswith("prior:") and not spec.endswith(":traffic")):
+        return None
+    try:
+        problem(spec, 0)
+    except (FileNotFoundError, ValueError) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -145,19 +199,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--iterations", type=int, default=200, help="most L-BFGS iterations per training run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dense-limit", type=int, default=6000)
+    parser.add_argument("--data-dir", default=None,
+                        help="data directory of mesh:NAME and traffic problems (sets $GP_COUPLE_DATA)")
+    parser.add_argument("--exact-from", nargs="+", default=[],
+                        help="reuse the exact GP rows (same problem and seed) of earlier JSONs of this benchmark")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
+    saved = []
+    for path in args.exact_from:
+        with open(path) as source:
+            saved += [{**row, "exact_from": path} for row in json.load(source)["rows"]
+                      if row.get("method") == "exact" and "error" not in row]
+    if args.data_dir:
+        os.environ["GP_COUPLE_DATA"] = os.path.abspath(args.data_dir)
     rows: list[dict[str, Any]] = []
     for spec in args.problems:
+        reason = missing_data(spec)
+        if reason is not None:
+            rows.append({"problem": spec, "skipped": reason})
+            print(f"{spec}: skipped ({reason})", file=sys.stderr, flush=True)
+            continue
         found: dict[str, dict[str, Any]] = {}
         for method in args.methods:
-            reference = found.get("exact" if method == "recipe_at_exact" else "recipe")
+            reference = found.get({"recipe_at_exact": "exact", "exact_at_defaults": "defaults"}.get(method, "recipe"))
             hyper = None if reference is None else {key: reference[key] for key in ("outputscale", "gamma", "noise")}
-            if method != "recipe" and hyper is None and method != "exact":
+            if method in ("recipe_at_exact", "exact_at_recipe", "exact_at_defaults") and hyper is None:
                 continue
-            row = run_in_subprocess(__file__, run_method, spec, method, args.iterations, args.seed,
-                                    args.dense_limit, hyper)
-            row.update(problem=spec, seed=args.seed, load=os.getloadavg()[0])
+            reused = [row for row in saved if row["problem"] == spec and row["seed"] == args.seed]
+            if method == "exact" and reused:
+                row = reused[-1]
+            else:
+                row = run_in_subprocess(__file__, run_method, spec, method, args.iterations, args.seed,
+                                        args.dense_limit, hyper)
+                row.update(problem=spec, seed=args.seed, load=os.getloadavg()[0])
             if "error" in row:
                 rows.append(row)
                 print(f"{spec} {method}: {row['error']}", file=sys.stderr, flush=True)
@@ -172,6 +246,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            nlpd_difference=row["test_nlpd"] - exact["test_nlpd"],
                            speedup=exact["total_s"] / row["total_s"],
                            **{f"{name}_ratio": row[name] / exact[name] for name in ("outputscale", "gamma", "noise")})
+                if "resampled_test_rmse" in row:
+                    row.update(resampled_rmse_ratio=row["resampled_test_rmse"] / exact["test_rmse"],
+                               resampled_nlpd_difference=row["resampled_test_nlpd"] - exact["test_nlpd"])
     return emit_report({"benchmark": "convergence", "machine": platform.platform(), "cpus": os.cpu_count(),
                         "rows": rows}, args.json_out)
 

@@ -73,7 +73,7 @@ sphinx_gallery_conf = {
     "filename_pattern": gp_couple_docs.EXECUTED_TUTORIALS,
     # ``--quick`` (and ``--output`` into docs/_build) on each tutorial's command line.
     "reset_argv": "gp_couple_docs.tutorial_argv",
-    # The tutorials write PNG files through gp_couple.plotting (no pyplot): show them.
+    # The tutorials write PNG files through gp_couple.experiments.plotting (no pyplot): show them.
     "image_scrapers": ("gp_couple_docs.tutorial_figures",),
     "within_subsection_order": "gp_couple_docs.TutorialOrder",
     "abort_on_example_error": True,

@@ -83,6 +83,13 @@ COMMANDS: dict[str, Command] = {
                          "gp-couple attention --num-features 16 64 --draws 200 --repeats 5",
                          "gp-couple attention: norm couplings for Performer attention (paper, Appendix B.3\n"
                          '"Norm-coupled RLFs in Performers" [app:performers], Figure 7, Appendix B.3 [fig:var_fig]).'),
+    "predict-graph": Command(
+        "predict_graph", "fit a GRF-GP to your node values on your graph and predict every node (torchrun-ready)",
+        "gp-couple predict-graph --graph edges.csv --observations values.csv --output predictions.npy\n"
+        "  torchrun --nproc-per-node 4 -m gp_couple predict-graph --graph edges.csv --observations values.csv "
+        "--output predictions.npy",
+        "gp-couple predict-graph: a GRF-GP trained on your observed node values, predicting the mean and\n"
+        "variance at every node of your graph, chunk by chunk, on one or many processes."),
     "copula-learning": Command(
         "copula", "learn a Gaussian-copula norm coupling and compare it with PNC",
         "gp-couple copula-learning --dataset boston --data-dir ../shared/datasets --iterations 200",
@@ -206,6 +213,8 @@ def _run_command(module: str, columns: Any, args: argparse.Namespace) -> None:
     from .experiments._report import emit
 
     report = importlib.import_module(f"gp_couple.experiments.{module}").run(args)
+    if report is None:  # a process other than rank 0 of a multi-process command
+        return
     emit(report, as_json=args.json, columns=columns(args) if callable(columns) else columns)
 
 

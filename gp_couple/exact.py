@@ -49,7 +49,7 @@ def normalized_adjacency_eigh(graph: Graph) -> tuple[torch.Tensor, torch.Tensor]
         dense = torch.from_numpy(graph.normalized_adjacency().toarray())
         return torch.linalg.eigh(dense)
 
-    return graph._cached("normalized_adjacency_eigh", build)
+    return graph.derived("normalized_adjacency_eigh", build)
 
 
 def exact_kernel_matrix(kernel_family: KernelFamily, graph: Graph, *, force: bool = False) -> torch.Tensor:

@@ -53,6 +53,7 @@ import scipy.sparse as sp
 import torch
 
 from ._checks import check_int, check_memory, is_int
+from ._derived import DerivedCache
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
@@ -90,12 +91,14 @@ def _freeze(array: np.ndarray) -> np.ndarray:
     return array
 
 
-class Graph:
+class Graph(DerivedCache):
     r"""A weighted undirected graph on nodes ``0, ..., num_nodes - 1``.
 
     Build one with :meth:`from_scipy`, :meth:`from_networkx`, :meth:`from_edges` or
     :meth:`from_trimesh`; the constructor takes a symmetric scipy sparse matrix or dense
-    array directly. Instances are immutable: their arrays are read-only.
+    array directly. Instances are immutable: their arrays are read-only, and what is
+    computed from a graph alone (degrees, proposal tables, a Chebyshev basis, ...) is
+    kept with it by :meth:`~gp_couple._derived.DerivedCache.derived`.
 
     :param adjacency: Square symmetric weighted adjacency matrix (scipy sparse or dense
         array-like) with non-negative finite weights.
@@ -123,7 +126,6 @@ class Graph:
         self._indices = _freeze(matrix.indices.astype(index_dtype, copy=True))
         self._weights = _freeze(matrix.data.astype(np.float64, copy=True))
         self._num_nodes = int(n)
-        self._cache: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -309,12 +311,12 @@ class Graph:
     @property
     def degrees(self) -> np.ndarray:
         """Number of neighbours of each node (int64): the walkers' choice is uniform over them."""
-        return self._cached("degrees", lambda: _freeze(np.diff(self._indptr)))
+        return self.derived("degrees", lambda: _freeze(np.diff(self._indptr)))
 
     @property
     def weighted_degrees(self) -> np.ndarray:
         r"""Weighted degrees :math:`D_{ii} = \sum_j W_{ij}` (float64)."""
-        return self._cached("weighted_degrees", lambda: _freeze(
+        return self.derived("weighted_degrees", lambda: _freeze(
             np.asarray(self.adjacency.sum(axis=1)).ravel().astype(np.float64)))
 
     @property
@@ -339,7 +341,7 @@ class Graph:
             rows = np.repeat(np.arange(self._num_nodes), self.degrees)
             return _freeze(self._weights * inv_sqrt[rows] * inv_sqrt[self._indices])
 
-        return self._cached("normalized_weights", build)
+        return self.derived("normalized_weights", build)
 
     def normalized_adjacency(self) -> sp.csr_matrix:
         r"""Normalised adjacency :math:`\widetilde{\mathbf W} = D^{-1/2} W D^{-1/2}` (scipy CSR)."""
@@ -358,7 +360,7 @@ class Graph:
         """Number of connected components and the component label of each node."""
         from scipy.sparse.csgraph import connected_components
 
-        return self._cached("components", lambda: connected_components(self.adjacency, directed=False))
+        return self.derived("components", lambda: connected_components(self.adjacency, directed=False))
 
     def largest_component(self) -> tuple[Graph, np.ndarray]:
         """The largest connected component as a new graph, and its nodes' original indices."""
@@ -398,7 +400,7 @@ class Graph:
             digest.update(self._weights.tobytes())
             return digest.hexdigest()
 
-        return self._cached("fingerprint", build)
+        return self.derived("fingerprint", build)
 
     def __repr__(self) -> str:
         count, _ = self.connected_components()
@@ -417,11 +419,6 @@ class Graph:
 
     def __hash__(self) -> int:
         return hash(self.fingerprint())
-
-    def _cached(self, key: str, build: Any) -> Any:
-        if key not in self._cache:
-            self._cache[key] = build()
-        return self._cache[key]
 
 
 # ------------------------------------------------------------------ procedural graphs

@@ -62,6 +62,7 @@ from gpytorch.module import Module
 from gpytorch.priors import Prior
 
 from ._checks import check_int
+from .registry import Registered, Registry
 
 #: Natural logs of float64's smallest normal and largest finite numbers.
 _LOG_FLOAT64_TINY = math.log(torch.finfo(torch.float64).tiny)
@@ -77,7 +78,12 @@ __all__ = [
     "convolutional_sqrt",
     "convolve_series",
     "get_kernel_family",
+    "KERNEL_FAMILIES",
 ]
+
+#: The kernel families by name: a subclass of :class:`KernelFamily` with a class
+#: attribute ``name`` registers itself here (:mod:`gp_couple.registry`).
+KERNEL_FAMILIES: Registry[KernelFamily] = Registry("kernel family")
 
 
 def convolve_series(f: torch.Tensor, g: torch.Tensor | None = None) -> torch.Tensor:
@@ -155,14 +161,18 @@ def convolutional_sqrt(coefficients: torch.Tensor) -> torch.Tensor:
     return (root * alpha0.sqrt().unsqueeze(-1) * back_scale).to(dtype)
 
 
-class KernelFamily(Module, ABC):
+class KernelFamily(Registered, Module, ABC, registry=KERNEL_FAMILIES):
     r"""Abstract kernel family: the graph node kernel :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` and its
     hyperparameters.
 
     Subclasses implement :meth:`coefficients` and :meth:`spectrum` (the kernel as a
     function :math:`g(\lambda) = \sum_k \alpha_k \lambda^k` of the eigenvalues of
     :math:`\widetilde{\mathbf W}`), and may override :meth:`modulation` with a closed
-    form and :meth:`apply_exact` with a better exact product.
+    form and :meth:`apply_exact` with a better exact product. A subclass that sets the
+    class attribute ``name`` is registered in :data:`KERNEL_FAMILIES`, so
+    :func:`get_kernel_family` and the experiments find it by that name; its
+    :meth:`hyperparameters` are named like its constructor arguments, so that
+    :meth:`~gp_couple.registry.Registered.to_dict` describes it.
 
     :param batch_shape: Batch shape of the hyperparameters (e.g. for Pyro sampling).
     """
@@ -209,6 +219,10 @@ class KernelFamily(Module, ABC):
     def hyperparameters(self) -> dict[str, Any]:
         """Current hyperparameter values (floats, or lists when batched) for reports."""
         return {}
+
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments of the current hyperparameters (:meth:`hyperparameters`; priors not described)."""
+        return self.hyperparameters()
 
     def _require_unbatched(self) -> None:
         if self._batch_shape != torch.Size():
@@ -304,6 +318,8 @@ class Diffusion(KernelFamily):
     :param batch_shape: Hyperparameter batch shape.
     """
 
+    name = "diffusion"
+
     def __init__(self, gamma: float = 1.0, *, gamma_prior: Prior | None = None,
                  gamma_constraint: Any = None, batch_shape: torch.Size = torch.Size()) -> None:
         super().__init__(batch_shape)
@@ -365,6 +381,8 @@ class RegularisedLaplacian(KernelFamily):
     :param sigma_constraint: Constraint (default ``Positive()``).
     :param batch_shape: Hyperparameter batch shape.
     """
+
+    name = "regularised-laplacian"
 
     def __init__(self, sigma: float = 1.0, degree: float = 2, *, sigma_prior: Prior | None = None,
                  sigma_constraint: Any = None, batch_shape: torch.Size = torch.Size()) -> None:
@@ -447,6 +465,8 @@ class PStepRandomWalk(KernelFamily):
     :param alpha_constraint: Constraint (default ``GreaterThan(2)``).
     :param batch_shape: Hyperparameter batch shape.
     """
+
+    name = "p-step"
 
     def __init__(self, alpha: float = 2.0, steps: int = 2, *, alpha_prior: Prior | None = None,
                  alpha_constraint: Any = None, batch_shape: torch.Size = torch.Size()) -> None:
@@ -535,6 +555,8 @@ class InverseCosine(KernelFamily):
     :param beta: Fixed :math:`\beta \in (0, \pi/4]`.
     """
 
+    name = "inverse-cosine"
+
     def __init__(self, beta: float = math.pi / 4, *, batch_shape: torch.Size = torch.Size()) -> None:
         super().__init__(batch_shape)
         if not (0 < float(beta) <= math.pi / 4 + 1e-15):
@@ -592,6 +614,8 @@ class PowerSeries(KernelFamily):
         (the message names the coefficients and where).
     """
 
+    name = "power-series"
+
     def __init__(self, coefficients: Any, *, learnable: bool = False) -> None:
         super().__init__()
         alpha = torch.as_tensor(coefficients, dtype=torch.get_default_dtype()).clone()
@@ -646,29 +670,14 @@ def _check_positive_semidefinite(alpha: np.ndarray) -> None:
             "eigenvalues of the normalised adjacency fill [-1, 1]; g must be >= 0 there")
 
 
-_FAMILIES: dict[str, type[KernelFamily]] = {
-    "diffusion": Diffusion,
-    "regularised-laplacian": RegularisedLaplacian,
-    "regularized-laplacian": RegularisedLaplacian,
-    "p-step": PStepRandomWalk,
-    "inverse-cosine": InverseCosine,
-}
-
-
 def get_kernel_family(kernel: str | KernelFamily, **hyperparameters: Any) -> KernelFamily:
-    """Resolve a family name (``diffusion``, ``regularised-laplacian``, ``p-step``, ``inverse-cosine``) to an instance.
+    """Resolve a family name (``diffusion``, ``regularised-laplacian``, ``p-step``, ``inverse-cosine``,
+    ``power-series``, or a user's registered one) to an instance.
 
-    :param kernel: A family name, or an instance (returned as is).
+    :param kernel: A name in :data:`KERNEL_FAMILIES`, or an instance (returned as is).
     :param hyperparameters: Constructor arguments of the named family.
-    :raises ValueError: For an unknown name, or hyperparameters with an instance.
+    :raises ValueError: For an unknown name, hyperparameters with an instance, or hyperparameters
+        the named family does not take.
     :raises TypeError: If ``kernel`` is neither a str nor a :class:`KernelFamily`.
     """
-    if isinstance(kernel, KernelFamily):
-        if hyperparameters:
-            raise ValueError("hyperparameters can only be given with a kernel name")
-        return kernel
-    if not isinstance(kernel, str):
-        raise TypeError(f"kernel must be a name or KernelFamily, got {type(kernel).__name__}")
-    if kernel not in _FAMILIES:
-        raise ValueError(f"unknown kernel family {kernel!r}; choose from {sorted(set(_FAMILIES))}")
-    return _FAMILIES[kernel](**hyperparameters)
+    return KERNEL_FAMILIES.resolve(kernel, KernelFamily, "kernel", **hyperparameters)

@@ -31,14 +31,13 @@ from gpytorch.likelihoods import Likelihood
 from gpytorch.means import Mean, ZeroMean
 from torch import Tensor
 
+from ._nodes import node_index_tensor
 from ._random import SeedLike, seeded_torch_rng
-from .kernels.graph_node import GraphNodeKernel, node_index_tensor
-from .kernels.grf import GRFKernel
+from .kernels.graph_node import GraphNodeKernel
 from .optimize import Convergence, TrainingHistory, minimize
 from .predictive_variance import VarianceEstimate, check_variance_method, posterior_variance
 
-__all__ = ["GraphGP", "Prediction", "check_targets", "fit_gp", "predict",
-           "node_index_array", "module_device"]
+__all__ = ["GraphGP", "Prediction", "check_targets", "fit_gp", "predict", "module_device"]
 
 _FLOAT32_EXACT = 2**24
 
@@ -61,22 +60,6 @@ def _as_array(value: Any, name: str) -> np.ndarray:
         return np.asarray(value)
     except (TypeError, ValueError) as error:
         raise TypeError(f"{name} must be array-like, got {type(value).__name__}") from error
-
-
-def node_index_array(nodes: Any, name: str, num_nodes: int | None = None) -> np.ndarray:
-    """Validate node indices (1-D, or a column ``(n, 1)``) and return them as an int64 array.
-
-    The NumPy form of :func:`gp_couple.kernels.graph_node.node_index_tensor` (same checks).
-
-    :param nodes: Tensor, array or sequence of node indices (integers, or floats with
-        integer values).
-    :param name: Argument name used in error messages.
-    :param num_nodes: If given, every index must lie in ``[0, num_nodes)``.
-    :raises TypeError: If the indices are not numbers.
-    :raises ValueError: If the shape is wrong, or an index is non-finite, non-integer,
-        negative or out of range.
-    """
-    return node_index_tensor(nodes, name, num_nodes).cpu().numpy()
 
 
 def check_targets(targets: Any, count: int, dtype: torch.dtype, *, allow_bool: bool = False) -> Tensor:
@@ -124,23 +107,30 @@ def _checked_modules(covar_module: Any, mean_module: Any) -> list[GraphNodeKerne
 
 
 def _node_inputs(nodes: Any, name: str, num_nodes: int | None, graph_kernels: list[GraphNodeKernel],
-                 device: torch.device | None = None) -> Tensor:
+                 device: torch.device | None = None, *, unique: bool = False) -> Tensor:
     """Validated GP inputs ``(n, 1)`` on ``device`` (default: the first graph kernel's).
 
-    The indices are checked here, once: the graph kernels are told that these inputs
-    hold them (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.trust_node_inputs`), so
-    their forward passes neither re-check nor synchronise with the device.
+    The indices are checked here, once (integer-valued floats and columns included: a
+    model accepts its own ``train_inputs``, see :mod:`gp_couple._nodes`), and handed to
+    every graph kernel through
+    :meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.prepare_inputs`, which refuses
+    nodes the kernel cannot be evaluated at and spares its forward passes a second check
+    and a device synchronisation.
+
+    :param nodes: Node indices.
+    :param name: Argument name used in error messages.
+    :param num_nodes: The graph's size (``None`` without graph kernels).
+    :param graph_kernels: The graph kernels of the model's covariance.
+    :param device: Device of the inputs.
+    :param unique: Refuse repeated nodes.
     """
     if device is None:
         device = graph_kernels[0].device if graph_kernels else torch.device("cpu")
-    index = node_index_tensor(nodes, name, num_nodes, device=device)
-    for kernel in graph_kernels:
-        if isinstance(kernel, GRFKernel):
-            kernel.rows(index, name)  # raises for nodes without features
+    index = node_index_tensor(nodes, name, num_nodes, unique=unique, gpytorch_inputs=True, device=device)
     dtype = torch.float64 if num_nodes is not None and num_nodes > _FLOAT32_EXACT else torch.get_default_dtype()
     inputs = index.to(dtype).unsqueeze(-1)
     for kernel in graph_kernels:
-        kernel.trust_node_inputs(inputs, index)
+        kernel.prepare_inputs(index, inputs, name)
     return inputs
 
 
@@ -363,7 +353,8 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
         inputs = model.node_inputs(nodes)
     else:
         train = model.train_inputs[0]
-        inputs = node_index_tensor(nodes, "nodes", device=train.device).to(train.dtype).unsqueeze(-1)
+        inputs = node_index_tensor(nodes, "nodes", gpytorch_inputs=True,
+                                   device=train.device).to(train.dtype).unsqueeze(-1)
     for kernel in _graph_kernels(model):
         kernel.check_estimator()
     was_training = model.training

@@ -38,12 +38,13 @@ import numpy as np
 import torch
 
 from ._checks import check_even_walkers, check_fraction, check_int
+from ._nodes import node_index_array
 from ._random import SeedLike, draw_seed
 from .devices import resolve_device
 from .graphs import Graph
 from .kernel_families import Diffusion, KernelFamily
 from .kernels.grf import MAX_PREDICT_WALKERS, PREDICT_GRAM_TOLERANCE, TRAIN_P_HALT, TRAIN_WALKERS, GRFKernel
-from .models import GraphGP, fit_gp, node_index_array
+from .models import GraphGP, fit_gp
 from .optimize import Convergence
 from .settings import grf_gp_settings
 

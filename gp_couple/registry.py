@@ -275,6 +275,38 @@ class Registry(Generic[T]):
         """An instance of the class registered as ``name``, built with ``kwargs``."""
         return self.get(name)(**kwargs)
 
+    def resolve(self, value: Any, base: type, argument: str, *, default: Any = None, **kwargs: Any) -> T:
+        """The one way a public argument names a member of the family: ``value`` as an instance of ``base``.
+
+        An instance of ``base`` is returned as is, a registered name is built with
+        ``kwargs`` (:meth:`create`), and ``None`` gives ``default`` when there is one.
+
+        :param value: An instance, a registered name or ``None``.
+        :param base: The family's base class.
+        :param argument: The argument's name, for messages.
+        :param default: What ``None`` stands for (``None``: ``None`` is refused).
+        :param kwargs: Constructor arguments for a name.
+        :raises ValueError: For an unknown name (listing the registered ones), ``kwargs``
+            with an instance, or a name whose class cannot be built from ``kwargs``.
+        :raises TypeError: For anything else.
+        """
+        if value is None and default is not None:
+            value = default
+        if isinstance(value, base):
+            if kwargs:
+                raise ValueError(f"{argument}: constructor arguments {sorted(kwargs)} can only be given "
+                                 f"with a {self.family} name, not with an instance")
+            return value
+        if isinstance(value, str):
+            if value not in self._classes:
+                raise self.unknown_name_error(value, f" or pass a {base.__name__}")
+            try:
+                return self.create(value, **kwargs)
+            except TypeError as error:
+                raise ValueError(f"{argument}: the {value!r} {self.family} cannot be built from "
+                                 f"{sorted(kwargs) or 'no arguments'} ({error}): pass an instance") from error
+        raise TypeError(f"{argument} must be a str or {base.__name__}, got {type(value).__name__}")
+
     # ------------------------------------------------------------------ serialisation
 
     def from_dict(self, data: Any) -> T:

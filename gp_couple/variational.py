@@ -56,16 +56,10 @@ from gpytorch.variational import CholeskyVariationalDistribution, VariationalStr
 from torch import Tensor
 
 from ._checks import is_int
+from ._nodes import node_index_array
 from ._random import SeedLike, as_numpy_generator, seeded_torch_rng
 from .graphs import Graph
-from .models import (
-    _checked_modules,
-    _graph_kernels,
-    _module_dtype,
-    _node_inputs,
-    check_targets,
-    node_index_array,
-)
+from .models import _checked_modules, _graph_kernels, _module_dtype, _node_inputs, check_targets
 from .optimize import check_schedule, minimize
 
 __all__ = ["GraphVariationalGP", "INDUCING_METHODS", "fit_variational_gp", "predict_variational",
@@ -187,15 +181,13 @@ class GraphVariationalGP(gpytorch.models.ApproximateGP):
         graph = next(iter(graphs.values()))
         if isinstance(inducing_nodes, (int, np.integer)) and not isinstance(inducing_nodes, bool):
             inducing_nodes = select_inducing_nodes(graph, int(inducing_nodes),
-                                                   candidates=_evaluable_nodes(graph_kernels, graph))
-        index = node_index_array(inducing_nodes, "inducing_nodes", graph.num_nodes)
-        if np.unique(index).size != index.size:
-            raise ValueError("inducing_nodes contains duplicate nodes (their covariance would be singular)")
-        inducing = _node_inputs(index, "inducing_nodes", graph.num_nodes, graph_kernels)
+                                                   candidates=_covered_nodes(graph_kernels))
+        # Distinct: a repeated inducing node would make their covariance singular.
+        inducing = _node_inputs(inducing_nodes, "inducing_nodes", graph.num_nodes, graph_kernels, unique=True)
         if inducing.dtype != torch.float64:
             inducing = inducing.to(_module_dtype(covar_module))
         if variational_distribution is None:
-            variational_distribution = CholeskyVariationalDistribution(index.size)
+            variational_distribution = CholeskyVariationalDistribution(inducing.shape[0])
         elif not isinstance(variational_distribution, _VariationalDistribution):
             raise TypeError("variational_distribution must be a gpytorch variational distribution, got "
                             f"{type(variational_distribution).__name__}")
@@ -227,15 +219,18 @@ class GraphVariationalGP(gpytorch.models.ApproximateGP):
         return MultivariateNormal(mean, covariance)
 
 
-def _evaluable_nodes(graph_kernels: list[Any], graph: Graph) -> np.ndarray | None:
-    """Nodes every GRF kernel has feature rows for (``None``: all nodes)."""
-    from .kernels.grf import GRFKernel
+def _covered_nodes(graph_kernels: list[Any]) -> np.ndarray | None:
+    """Nodes every graph kernel can be evaluated at (``None``: all nodes).
 
+    :param graph_kernels: The graph kernels of the covariance
+        (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.covered_nodes`).
+    """
     allowed: np.ndarray | None = None
     for kernel in graph_kernels:
-        if isinstance(kernel, GRFKernel) and kernel.features_start_nodes.numel() < graph.num_nodes:
-            starts = kernel.features_start_nodes.cpu().numpy()
-            allowed = starts if allowed is None else np.intersect1d(allowed, starts)
+        covered = kernel.covered_nodes()
+        if covered is not None:
+            nodes = covered.cpu().numpy()
+            allowed = nodes if allowed is None else np.intersect1d(allowed, nodes)
     return allowed
 
 

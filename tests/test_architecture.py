@@ -23,8 +23,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gp_couple"
 #: Upstream first. Entries are module names relative to ``gp_couple``; a name ending in
 #: ``.*`` covers a package and everything in it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("_checks", "_random", "_counter_random", "_files", "registry", "settings",
-                    "optimize", "progress", "plotting", "devices")),
+    ("foundation", ("_checks", "_nodes", "_random", "_counter_random", "_files", "_derived", "registry",
+                    "settings", "optimize", "progress", "devices", "distributed", "sparse_pattern")),
     ("graphs", ("graphs",)),
     ("datasets", ("datasets.*",)),
     ("kernel families", ("kernel_families",)),
@@ -33,7 +33,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("features", ("features.grf", "features.fourier", "features.sigma_fit", "features")),
     ("operators", ("operators.*", "exact")),
     ("kernels", ("kernels.*",)),
-    ("models", ("predictive_variance", "models", "variational", "recipes", "bayes.*")),
+    ("models", ("predictive_variance", "models", "variational", "recipes", "streaming", "sharded_gp",
+                "sparse_spectrum", "bayes.*")),
     ("evaluation", ("evaluation.*",)),
     ("experiments", ("experiments.*", "cli", "__main__")),
 ]

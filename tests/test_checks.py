@@ -21,7 +21,7 @@ from gp_couple.graphs import erdos_renyi_graph, grid_graph
 from gp_couple.halting import halting_inflation
 from gp_couple.kernel_families import Diffusion, PStepRandomWalk
 from gp_couple.kernels import GRFKernel
-from gp_couple.operators.chebyshev import check_tolerance
+from gp_couple.operators.chebyshev_series import check_tolerance
 from gp_couple.pagerank import exact_pagerank
 
 GRAPH = grid_graph(3, 3)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-import gp_couple.kernels.graph_node as graph_node_module
+import gp_couple._nodes as nodes_module
 from gp_couple.cli import main
 from gp_couple.couplings import get_frequency_coupling, normal_to_chi
 from gp_couple.devices import resolve_device
@@ -65,11 +65,11 @@ def test_grf_gp_trains_and_predicts_on_the_device(device: torch.device, move_aft
 def test_node_inputs_are_validated_once_at_the_edge(device: torch.device,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    checked = graph_node_module.check_node_values
-    monkeypatch.setattr(graph_node_module, "check_node_values", lambda *args, **kwargs: calls.append(1) or checked(
+    checked = nodes_module.check_node_values
+    monkeypatch.setattr(nodes_module, "check_node_values", lambda *args, **kwargs: calls.append(args[1]) or checked(
         *args, **kwargs))
     model = _grf_model(device)
-    assert len(calls) == 1  # GraphGP checked train_nodes
+    assert calls.count("train_nodes") == 1  # GraphGP checked train_nodes (the kernel checked its `nodes`)
     calls.clear()
     fit_gp(model, model.likelihood, iterations=3, lr=0.1, seed=0)
     assert calls == []  # the kernel trusted the model's inputs on every training step

@@ -10,6 +10,7 @@ import torch
 from gpytorch.priors import GammaPrior
 
 from gp_couple.kernel_families import (
+    KERNEL_FAMILIES,
     Diffusion,
     InverseCosine,
     PowerSeries,
@@ -146,6 +147,27 @@ def test_convolutional_sqrt_is_stable_for_fast_growing_series() -> None:
 def test_errors(build, error, message) -> None:
     with pytest.raises(error, match=message):
         build()
+
+
+def test_families_register_by_name_and_describe_themselves() -> None:
+    assert set(KERNEL_FAMILIES.names()) >= {"diffusion", "regularised-laplacian", "p-step", "inverse-cosine",
+                                            "power-series"}
+    family = RegularisedLaplacian(1.5, 3)
+    assert family.to_dict() == {"type": "regularised-laplacian", "sigma": pytest.approx(1.5), "degree": 3}
+    rebuilt = KERNEL_FAMILIES.from_dict(family.to_dict())
+    assert isinstance(rebuilt, RegularisedLaplacian) and rebuilt.hyperparameters() == family.hyperparameters()
+
+    class Doubled(Diffusion):  # a user's family: naming it registers it
+        name = "test-doubled-diffusion"
+
+    try:
+        assert isinstance(get_kernel_family("test-doubled-diffusion", gamma=0.5), Doubled)
+    finally:
+        KERNEL_FAMILIES.unregister("test-doubled-diffusion")
+    with pytest.raises(ValueError, match="cannot be built"):
+        get_kernel_family("diffusion", gama=2.0)
+    with pytest.raises(ValueError, match="only be given with a kernel family name"):
+        get_kernel_family(Diffusion(), gamma=2.0)
 
 
 def test_registry_and_reprs() -> None:

@@ -34,7 +34,7 @@ def test_inputs_are_node_index_columns_and_default_mean_is_zero():
 
 @pytest.mark.parametrize("train, targets, error, message", [
     (torch.tensor([0, 25]), torch.zeros(2), ValueError, "outside"),
-    (torch.tensor([-1, 3]), torch.zeros(2), ValueError, "negative"),
+    (torch.tensor([-1, 3]), torch.zeros(2), ValueError, r"train_nodes contains node index -1 outside \[0, 25\)"),
     (torch.tensor([0.0, 1.5]), torch.zeros(2), ValueError, "non-integer"),
     (torch.tensor([0.0, float("nan")]), torch.zeros(2), ValueError, "NaN"),
     (torch.tensor([True, False]), torch.zeros(2), TypeError, "integer"),

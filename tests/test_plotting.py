@@ -12,7 +12,7 @@ import trimesh
 
 pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
 
-from gp_couple import plotting  # noqa: E402
+from gp_couple.experiments import plotting  # noqa: E402
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -83,7 +83,7 @@ def test_training_curves(tmp_path: Path) -> None:
     (lambda p: plotting.plot_mesh_posterior(np.zeros((3, 3)), [[0, 1, 2]], [1.0], [1.0, 2.0], [1.0], p),
      "mean must have 1 values"),
     (lambda p: plotting.plot_traffic_map(np.zeros((2, 2)), [[0, 1]], [3], [1.0], [0, 0], [1, 1], p),
-     "observed_nodes must be node indices"),
+     r"observed_nodes contains node index 3 outside \[0, 2\)"),
 ])
 def test_bad_input_names_the_argument(tmp_path: Path, call, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=message):

@@ -40,9 +40,9 @@ import torch
 from gp_couple import Diffusion, Graph
 from gp_couple.evaluation import relative_frobenius_error
 from gp_couple.exact import exact_kernel_matrix
+from gp_couple.experiments.plotting import plot_metric_bars, plot_metric_curves
 from gp_couple.features.grf import GraphRandomFeatures
 from gp_couple.features.sigma_fit import fit_sigma_coupling
-from gp_couple.plotting import plot_metric_bars, plot_metric_curves
 
 parser = argparse.ArgumentParser(description="Choose a coupling, proposal and walker budget for a graph.")
 parser.add_argument("--quick", action="store_true", help="a small graph and few repeats: a smoke run")

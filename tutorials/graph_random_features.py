@@ -39,10 +39,10 @@ from gp_couple.couplings import (
 )
 from gp_couple.evaluation import relative_frobenius_error
 from gp_couple.exact import exact_kernel_matrix
+from gp_couple.experiments.plotting import plot_gram_error_vs_p_halt, plot_metric_curves
 from gp_couple.features.grf import GraphRandomFeatures
 from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.kernel_families import RegularisedLaplacian
-from gp_couple.plotting import plot_gram_error_vs_p_halt, plot_metric_curves
 
 parser = argparse.ArgumentParser(description="Graph random features and walk-length couplings.")
 parser.add_argument("--quick", action="store_true", help="few repeats: a smoke run")

@@ -33,8 +33,8 @@ import torch
 from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, fit_gp, grf_gp_settings, predict
 from gp_couple.datasets import default_mesh, load_mesh, split_test_nodes
 from gp_couple.evaluation import nlpd, rmse
+from gp_couple.experiments.plotting import plot_mesh_posterior, plot_metric_curves, plot_training_curves
 from gp_couple.features.sigma_fit import fit_sigma_coupling
-from gp_couple.plotting import plot_mesh_posterior, plot_metric_curves, plot_training_curves
 
 parser = argparse.ArgumentParser(description="A GRF Gaussian process on a mesh.")
 parser.add_argument("--mesh", default=None, help="a mesh file or a name in $GP_COUPLE_DATA/meshes")

@@ -47,9 +47,9 @@ import numpy as np
 import torch
 
 from gp_couple.evaluation import nlpd, relative_frobenius_error, rmse
+from gp_couple.experiments.plotting import plot_metric_bars, plot_training_curves
 from gp_couple.features.fourier import gaussian_kernel
 from gp_couple.kernels import CoupledRFFKernel
-from gp_couple.plotting import plot_metric_bars, plot_training_curves
 
 
 # %%

@@ -39,7 +39,7 @@ import torch
 from gp_couple import CoupledRFFKernel
 from gp_couple.datasets import load_uci
 from gp_couple.evaluation import nlpd, rmse
-from gp_couple.plotting import plot_metric_bars, plot_training_curves
+from gp_couple.experiments.plotting import plot_metric_bars, plot_training_curves
 
 parser = argparse.ArgumentParser(description="Swap RBFKernel/RFFKernel for a coupled RFF kernel.")
 parser.add_argument("--dataset", default="kin8nm", help="UCI dataset (default %(default)s)")

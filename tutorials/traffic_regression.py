@@ -35,7 +35,7 @@ import torch
 from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, fit_gp, grf_gp_settings, predict
 from gp_couple.datasets import load_traffic, traffic_split
 from gp_couple.evaluation import nlpd, rmse
-from gp_couple.plotting import plot_traffic_map, plot_training_curves
+from gp_couple.experiments.plotting import plot_traffic_map, plot_training_curves
 
 parser = argparse.ArgumentParser(description="Traffic-speed regression on the San Jose road graph.")
 parser.add_argument("--data-dir", default=os.environ.get("GP_COUPLE_DATA", "../shared/datasets"),

@@ -3,7 +3,7 @@
 * How sphinx-gallery runs the tutorials: their command line (``--quick``, and
   ``--output`` into ``docs/_build/tutorial_figures/<name>``), which of them run, their
   order, and an image scraper that shows the PNG files they write. The tutorials draw
-  with :mod:`gp_couple.plotting`, which renders with matplotlib's object-oriented API and
+  with :mod:`gp_couple.experiments.plotting`, which renders with matplotlib's object-oriented API and
   never opens a ``pyplot`` figure, so sphinx-gallery's matplotlib scraper sees nothing.
 * ``.. gp-couple-top-level-names::``: the names ``from gp_couple import ...`` offers, linked
   to the modules that define them.

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from ..registry import Registry
-
-__all__ = ["ValueEquality", "resolve"]
+__all__ = ["ValueEquality"]
 
 
 class ValueEquality:
@@ -21,20 +18,3 @@ class ValueEquality:
 
     def __hash__(self) -> int:
         return hash((type(self), json.dumps(self.params(), sort_keys=True)))  # type: ignore[attr-defined]
-
-
-def resolve(value: Any, registry: Registry[Any], base: type, default: Any, argument: str) -> Any:
-    """``value`` as an instance of ``base``: an instance as is, a registered name, or ``None`` (``default``).
-
-    :raises ValueError: For an unknown name, listing the registered ones.
-    :raises TypeError: For anything else.
-    """
-    if value is None:
-        return default
-    if isinstance(value, base):
-        return value
-    if isinstance(value, str):
-        if value not in registry:
-            raise registry.unknown_name_error(value, f" or pass a {base.__name__}")
-        return registry.create(value)
-    raise TypeError(f"{argument} must be a str or {base.__name__}, got {type(value).__name__}")

@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..registry import Registered, Registry
-from ._named import ValueEquality, resolve
+from ._named import ValueEquality
 
 __all__ = ["DIRECTION_COUPLINGS", "DirectionCoupling", "IndependentDirections", "RepellingDirections",
            "DEFAULT_DIRECTIONS", "get_direction_coupling", "direction_coupling_from_dict"]
@@ -80,7 +80,7 @@ def get_direction_coupling(directions: DirectionCoupling | str | None) -> Direct
     :raises ValueError: For an unknown name.
     :raises TypeError: For anything else.
     """
-    return resolve(directions, DIRECTION_COUPLINGS, DirectionCoupling, DEFAULT_DIRECTIONS, "directions")
+    return DIRECTION_COUPLINGS.resolve(directions, DirectionCoupling, "directions", default=DEFAULT_DIRECTIONS)
 
 
 def direction_coupling_from_dict(data: dict[str, Any]) -> DirectionCoupling:

@@ -60,7 +60,7 @@ from numba import njit
 
 from ..graphs import Graph
 from ..registry import Registered, Registry
-from ._named import ValueEquality, resolve
+from ._named import ValueEquality
 
 __all__ = ["NEIGHBOUR_PROPOSALS", "NeighbourProposal", "UniformProposal", "WeightedProposal",
            "ProposalTables", "DEFAULT_PROPOSAL", "get_proposal", "proposal_from_dict",
@@ -102,7 +102,7 @@ def uniform_ratios(graph: Graph) -> np.ndarray:
         ratios.setflags(write=False)
         return ratios
 
-    return graph._cached("walk_ratios", build)
+    return graph.derived("walk_ratios", build)
 
 
 def _edge_rows(graph: Graph) -> np.ndarray:
@@ -152,7 +152,7 @@ class NeighbourProposal(ValueEquality, Registered, ABC, registry=NEIGHBOUR_PROPO
             raise TypeError(f"graph must be a gp_couple.Graph, got {type(graph).__name__}")
         cls = type(self)
         key = f"proposal_tables:{cls.__module__}.{cls.__qualname__}:{json.dumps(self.params(), sort_keys=True)}"
-        return graph._cached(key, lambda: self._build_tables(graph))
+        return graph.derived(key, lambda: self._build_tables(graph))
 
     def transition_matrix(self, graph: Graph) -> sp.csr_matrix:
         r"""The walkers' transition matrix :math:`P` (row-stochastic on non-isolated nodes)."""
@@ -213,7 +213,7 @@ class UniformProposal(NeighbourProposal):
         # Every row is uniform: no probability table needs building or checking.
         if not isinstance(graph, Graph):
             raise TypeError(f"graph must be a gp_couple.Graph, got {type(graph).__name__}")
-        return graph._cached("proposal_tables:uniform", lambda: ProposalTables(
+        return graph.derived("proposal_tables:uniform", lambda: ProposalTables(
             ratios=uniform_ratios(graph), cumulative=np.empty(0, dtype=np.float64),
             choice_degrees=graph.degrees))
 
@@ -249,7 +249,7 @@ def get_proposal(proposal: NeighbourProposal | str | None) -> NeighbourProposal:
     :raises ValueError: For an unknown name.
     :raises TypeError: For anything else.
     """
-    return resolve(proposal, NEIGHBOUR_PROPOSALS, NeighbourProposal, DEFAULT_PROPOSAL, "proposal")
+    return NEIGHBOUR_PROPOSALS.resolve(proposal, NeighbourProposal, "proposal", default=DEFAULT_PROPOSAL)
 
 
 def proposal_from_dict(data: dict[str, Any]) -> NeighbourProposal:

@@ -469,23 +469,11 @@ def get_walk_length_coupling(coupling: str | WalkLengthCoupling) -> WalkLengthCo
         needs parameters (a fitted σ-coupling).
     :raises TypeError: For anything else.
     """
-    if isinstance(coupling, WalkLengthCoupling):
-        return coupling
-    if isinstance(coupling, str):
-        if coupling == SigmaCoupling.name:
-            raise ValueError(
-                "a sigma-coupling needs a fitted permutation: build it with "
-                "fit_sigma_coupling(...) or SigmaCoupling.load(path)")
-        if coupling not in WALK_LENGTH_COUPLINGS:
-            raise ValueError(
-                f"unknown walk-length coupling {coupling!r}; choose from "
-                f"{list(WALK_LENGTH_COUPLINGS.names())} or pass a WalkLengthCoupling")
-        try:
-            return WALK_LENGTH_COUPLINGS.create(coupling)
-        except TypeError as error:
-            raise ValueError(f"the {coupling!r} walk-length coupling needs parameters ({error}): "
-                             "pass an instance") from error
-    raise TypeError(f"coupling must be a str or WalkLengthCoupling, got {type(coupling).__name__}")
+    if isinstance(coupling, str) and coupling == SigmaCoupling.name:
+        raise ValueError(
+            "a sigma-coupling needs a fitted permutation: build it with "
+            "fit_sigma_coupling(...) or SigmaCoupling.load(path)")
+    return WALK_LENGTH_COUPLINGS.resolve(coupling, WalkLengthCoupling, "coupling")
 
 
 def coupling_from_dict(data: dict[str, Any]) -> WalkLengthCoupling:

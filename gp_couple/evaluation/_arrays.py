@@ -1,4 +1,4 @@
-"""Conversion of tensors, linear operators and array-likes to finite float64 numpy arrays.
+"""Conversion of tensors, linear operators and array-likes to finite float64 numpy arrays, and the noise check.
 
 Every evaluator reads its inputs through :func:`as_float64`, so a NaN or an infinity in
 a prediction, a variance or a Gram matrix is an error naming the argument rather than a
@@ -48,3 +48,16 @@ def check_finite(array: np.ndarray, name: str) -> None:
         position = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(f"{name} contains {int(bad.sum())} NaN or infinite value(s) (the first at index "
                          f"{position[0] if len(position) == 1 else position}: {array[position]})")
+
+
+def check_noise_variance(noise_variance: Any) -> float:
+    """A likelihood noise variance as a float.
+
+    :param noise_variance: The value.
+    :return: It as a float.
+    :raises ValueError: If it is not positive and finite.
+    """
+    value = float(noise_variance)
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"noise_variance must be positive and finite, got {noise_variance}")
+    return value

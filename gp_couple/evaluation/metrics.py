@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._nodes import node_index_array
 from ._arrays import as_float64, check_finite
-from .sources import GramSource, gram_source, is_lazy_source, node_index, row_chunks
+from .sources import GramSource, gram_source, is_lazy_source, row_chunks
 
 
 def relative_frobenius_error(exact: Any, estimate: Any, *, nodes: Any = None) -> float:
@@ -64,7 +65,7 @@ def _blockwise_error(exact: GramSource, estimate: GramSource, nodes: Any) -> flo
         index = np.arange(exact.size, dtype=np.int64)
     else:
         sizes = [size for size in (exact.size, estimate.size) if size is not None]
-        index = node_index(nodes, "nodes", min(sizes) if sizes else None)
+        index = node_index_array(nodes, "nodes", min(sizes) if sizes else None)
     norm_sq = difference_sq = 0.0
     for start, stop in row_chunks(index.size, index.size):
         rows = index[start:stop]

@@ -34,7 +34,7 @@ from ..kernels import GraphNodeKernel
 from ..models import module_device
 from ._arrays import as_float64, check_finite
 
-__all__ = ["GramSource", "gram_source", "is_lazy_source", "node_index", "row_chunks"]
+__all__ = ["GramSource", "gram_source", "is_lazy_source", "row_chunks"]
 
 #: Numbers in one dense block read from a lazy source (bounds the memory of row chunks).
 BLOCK_ENTRIES = 1 << 22
@@ -184,23 +184,3 @@ def row_chunks(num_rows: int, num_columns: int) -> list[tuple[int, int]]:
     """Consecutive row ranges whose dense blocks hold at most about :data:`BLOCK_ENTRIES` numbers."""
     step = max(1, BLOCK_ENTRIES // max(num_columns, 1))
     return [(start, min(start + step, num_rows)) for start in range(0, num_rows, step)]
-
-
-def node_index(index: Any, name: str, size: int | None) -> np.ndarray:
-    """Validate integer point indices (1-D) and return them as int64.
-
-    :param index: Integer indices.
-    :param name: Argument name used in error messages.
-    :param size: If known, every index must lie in ``[0, size)``.
-    :raises TypeError: If ``index`` is not a 1-D integer array.
-    :raises ValueError: If an index is out of range.
-    """
-    if isinstance(index, Tensor):
-        index = index.detach().cpu().numpy()
-    array = np.asarray(index)
-    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
-        raise TypeError(f"{name} must be a 1-D integer array")
-    if array.size and (array.min() < 0 or (size is not None and array.max() >= size)):
-        raise ValueError(f"{name} must lie in [0, {size})" if size is not None
-                         else f"{name} must be non-negative")
-    return array.astype(np.int64)

@@ -4,7 +4,7 @@ Every draw of the coupling gives a random-feature Gram matrix and posterior, com
 with the exact ones (paper, Table 1, Section 3.3 [tab:rff], Table 2, Appendix B.2 [tab:kld] and
 Table 3, Appendix B.2 [tab:pred-rmse]). The posteriors are evaluated in low-rank form (Woodbury
 identity,
-:func:`gp_couple.evaluation.posterior.low_rank_posterior`), a whole batch of draws at a
+:func:`gp_couple.evaluation.low_rank.low_rank_posterior`), a whole batch of draws at a
 time, and the kernel RMSE through
 :math:`\|\Phi\Phi^\top - K\|_F^2 = \|\Phi^\top\Phi\|_F^2 - 2\,\mathrm{tr}(\Phi^\top K \Phi) + \|K\|_F^2`,
 so no draw builds a dense Gram matrix.
@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from ..couplings.frequencies import get_frequency_coupling
-from ..evaluation.posterior import GaussianPosterior, low_rank_posterior
+from ..evaluation.low_rank import low_rank_posterior
+from ..evaluation.posterior import GaussianPosterior
 from ..features.fourier import feature_map
 from ._exact_gp import GPHyperparameters
 

@@ -430,6 +430,37 @@ def _copula_learning(parser: argparse.ArgumentParser) -> Columns:
     return "features", "coupling", "loss", "loss_vs_pnc", "loss_vs_pnc+antithetic"
 
 
+def _predict_graph(parser: argparse.ArgumentParser) -> Columns:
+    parser.add_argument("--graph", required=True, help=f"graph: {_PROCEDURAL_HELP}")
+    _add_data_dir_argument(parser)
+    parser.add_argument("--observations", required=True, metavar="CSV",
+                        help="CSV file with a header line: a node column and a value column")
+    parser.add_argument("--target", default=None,
+                        help="the value column of --observations, by its header name (default: the last column)")
+    add_output_argument(parser, "--output", kind="file", required=True, metavar="FILE.npy",
+                        help="where to write the predictions: a float64 .npy array (nodes, 2) of means and "
+                             "variances, row v for node v")
+    parser.add_argument("--iterations", type=non_negative_int, default=200,
+                        help="most L-BFGS iterations of the hyperparameter training (stops on convergence)")
+    parser.add_argument("--train-walkers", type=walkers_int, default=48, help="training walkers per node (even)")
+    parser.add_argument("--predict-walkers", type=walkers_int, default=None,
+                        help="prediction walkers per node (even; default: as many as a relative Gram error "
+                             "of 0.01 needs, at most --max-predict-walkers)")
+    parser.add_argument("--max-predict-walkers", type=walkers_int, default=1024,
+                        help="most prediction walkers per node when choosing them")
+    parser.add_argument("--chunk-size", type=positive_int, default=4096,
+                        help="nodes whose walks are sampled at once (bounds the memory)")
+    parser.add_argument("--latent", action="store_true",
+                        help="variances of the latent function (default: of noisy observations)")
+    parser.add_argument("--timeout", type=positive_float, default=300.0,
+                        help="seconds a process waits for the others (rendezvous and every collective) "
+                             "before failing")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the walks and the CG probes")
+    add_threads_argument(parser, default=None)
+    add_json_argument(parser)
+    return "quantity", "value"
+
+
 #: Per command (the names of :data:`gp_couple.cli.COMMANDS`): adds its options to its
 #: parser and returns the columns of its table.
 COMMAND_OPTIONS: dict[str, Callable[[argparse.ArgumentParser], Columns]] = {
@@ -442,4 +473,5 @@ COMMAND_OPTIONS: dict[str, Callable[[argparse.ArgumentParser], Columns]] = {
     "kernel-estimation": _kernel_estimation,
     "attention": _attention,
     "copula-learning": _copula_learning,
+    "predict-graph": _predict_graph,
 }

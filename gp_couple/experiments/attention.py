@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            couplings=args.couplings, draws=args.draws, repeats=args.repeats,
                            key_std=args.key_std, seed=args.seed, threads=args.threads)
     if folder is not None:
-        from ..plotting import plot_metric_curves
+        from .plotting import plot_metric_curves
 
         log_figures([plot_metric_curves(
             report["results"], folder / "attention_vs_features.png", x="num_features",

@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         repeats=args.repeats, max_train=args.max_train, gp_iterations=args.gp_iterations, seed=args.seed,
         dataset=args.dataset, device=args.device, threads=args.threads)
     if folder is not None:
-        from ..plotting import plot_metric_bars, plot_training_curves
+        from .plotting import plot_metric_bars, plot_training_curves
 
         curves = {f"{kind.upper()} copula": ([point["step"] for point in points], [point["mean"] for point in points])
                   for kind, points in report["training_curve"].items()}

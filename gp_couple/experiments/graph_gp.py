@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from .._checks import check_int, check_p_halt
+from .._nodes import node_index_array
 from .._random import as_numpy_generator
 from ..couplings.directions import get_direction_coupling
 from ..couplings.proposals import get_proposal
@@ -55,7 +56,7 @@ from ..evaluation.sources import gram_source
 from ..features.sigma_fit import fit_sigma_coupling
 from ..graphs import Graph
 from ..kernel_families import KernelFamily, get_kernel_family
-from ..kernels import ExactGraphKernel, GRFKernel
+from ..kernels import ExactGraphKernel, GraphNodeKernel, GRFKernel
 from ..models import GraphGP, fit_gp
 from ..optimize import OPTIMIZERS
 from ..progress import progress
@@ -163,21 +164,22 @@ def train_model(graph: Graph, train_nodes: np.ndarray, train_targets: np.ndarray
 def exact_counterpart(model: GraphGP) -> GraphGP:
     """The same GP (data, likelihood, mean, outputscale, graph-kernel hyperparameters) with the exact kernel.
 
-    The GRF kernel inside ``model.covar_module`` is replaced by an
+    The graph kernel inside ``model.covar_module`` (the GRF kernel here) is replaced by an
     :class:`~gp_couple.kernels.ExactGraphKernel` sharing a copy of its ``kernel_family``
     submodule; ``model`` itself is left unchanged.
 
-    :param model: A GP whose ``covar_module`` is a :class:`~gp_couple.kernels.GRFKernel`
-        or a ``ScaleKernel`` of one.
+    :param model: A GP whose ``covar_module`` is a graph kernel
+        (:class:`~gp_couple.kernels.GraphNodeKernel`, e.g. a
+        :class:`~gp_couple.kernels.GRFKernel`) or a ``ScaleKernel`` of one.
     :raises TypeError: For another covariance.
     """
     covariance = deepcopy(model.covar_module)
     holder = covariance if isinstance(covariance, gpytorch.kernels.ScaleKernel) else None
-    grf = holder.base_kernel if holder is not None else covariance
-    if not isinstance(grf, GRFKernel):
-        raise TypeError("model.covar_module must be a GRFKernel or a ScaleKernel of one, got "
-                        f"{type(model.covar_module).__name__}")
-    exact = ExactGraphKernel(grf.graph, grf.kernel_family, batch_shape=grf.batch_shape)
+    estimate = holder.base_kernel if holder is not None else covariance
+    if not isinstance(estimate, GraphNodeKernel):
+        raise TypeError("model.covar_module must be a graph kernel (e.g. a GRFKernel) or a ScaleKernel of one, "
+                        f"got {type(model.covar_module).__name__}")
+    exact = ExactGraphKernel(estimate.graph, estimate.kernel_family, batch_shape=estimate.batch_shape)
     if holder is None:
         covariance = exact
     else:
@@ -209,8 +211,9 @@ def run_protocol(graph: Graph, targets: np.ndarray, train_nodes: np.ndarray, tes
     """
     protocol.validate()
     values = np.asarray(targets, dtype=np.float64)
-    train_nodes = np.asarray(train_nodes, dtype=np.int64)
-    test_nodes = np.asarray(test_nodes, dtype=np.int64)
+    # Distinct: the training nodes are also the GRF kernel's `nodes`.
+    train_nodes = node_index_array(train_nodes, "train_nodes", graph.num_nodes, unique=True)
+    test_nodes = node_index_array(test_nodes, "test_nodes", graph.num_nodes)
     if values.shape != (graph.num_nodes,):
         raise ValueError(f"targets must hold one value per graph node ({graph.num_nodes}), "
                          f"got shape {values.shape}; unobserved nodes may be NaN")
@@ -284,7 +287,7 @@ def protocol_figures(report: dict[str, Any], folder: Path, stem: str) -> list[Pa
     :param stem: File-name prefix (e.g. the mesh name).
     :return: The PNG files written.
     """
-    from .. import plotting
+    from . import plotting
 
     metrics = [key for key in ("gram_error", "test_rmse", "test_nlpd", "kl") if key in report["results"][0]]
     return [

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sigma_permutations": permutations,
     }
     if folder is not None:
-        from ..plotting import plot_gram_error_vs_p_halt
+        from .plotting import plot_gram_error_vs_p_halt
 
         log_figures([plot_gram_error_vs_p_halt(
             with_direction_labels(results), folder / "grf_gram_error_vs_p_halt.png", permutations=permutations,

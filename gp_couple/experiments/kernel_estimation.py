@@ -41,7 +41,7 @@ Per split, RMSEs are also divided by the i.i.d. coupling's ("``*_vs_iid``", the
 paper's normalisation); means and standard errors are over splits.
 
 The random-feature posteriors are evaluated in low-rank form (Woodbury identity,
-:func:`gp_couple.evaluation.posterior.low_rank_posterior`), a whole batch of draws at a
+:func:`gp_couple.evaluation.low_rank.low_rank_posterior`), a whole batch of draws at a
 time, and the kernel RMSE through
 :math:`\|\Phi\Phi^\top - K\|_F^2 = \|\Phi^\top\Phi\|_F^2 - 2\,\mathrm{tr}(\Phi^\top K \Phi) + \|K\|_F^2`,
 so no draw builds a dense Gram matrix.
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             threads=args.threads)
     report["timing"] = {"seconds": round(time.perf_counter() - start, 2), "threads": args.threads}
     if folder is not None:
-        from ..plotting import plot_metric_bars
+        from .plotting import plot_metric_bars
 
         log_figures([plot_metric_bars(
             report["results"], folder / f"kernel_estimation_{dataset_label(args.dataset)}.png", category="coupling",

@@ -62,7 +62,7 @@ def mesh_figures(dataset: MeshDataset, test: np.ndarray, report: dict[str, Any],
     :param folder: Output folder.
     :return: The PNG files written.
     """
-    from .. import plotting
+    from . import plotting
     from .graph_gp import protocol_figures
 
     posterior = report.pop("node_posterior")  # drawn here; too long to print with the report

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             add_ratio_to_baseline(rows, "error")
             results.extend(rows)
     if folder is not None:
-        from ..plotting import plot_gram_error_vs_p_halt
+        from .plotting import plot_gram_error_vs_p_halt
 
         log_figures([plot_gram_error_vs_p_halt(
             with_direction_labels(results), folder / "pagerank_error_vs_p_halt.png", panel=("graph",),

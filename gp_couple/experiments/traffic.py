@@ -106,7 +106,7 @@ def traffic_figures(data: TrafficDataset, test_nodes: np.ndarray, report: dict[s
     :param folder: Output folder.
     :return: The PNG files written.
     """
-    from .. import plotting
+    from . import plotting
 
     posterior = report.pop("node_posterior")  # drawn here; too long to print with the report
     edges = np.column_stack(sp.triu(data.graph.adjacency, k=1).nonzero())

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for kind, (model, point) in points.items():
             rows += [point, sample_posterior(kind, model, test, speeds_test, shift, scale, args)]
     if folder is not None:
-        from ..plotting import plot_metric_bars, plot_training_curves
+        from .plotting import plot_metric_bars, plot_training_curves
 
         log_figures([
             plot_metric_bars(rows, folder / "traffic_nuts_scores.png", category="model",

@@ -18,8 +18,7 @@ and never touches the graph or resamples walks.
 from __future__ import annotations
 
 import functools
-import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,18 +31,15 @@ from ..couplings.proposals import NeighbourProposal, get_proposal
 from ..couplings.walk_lengths import IIDWalkLengthCoupling, WalkLengthCoupling
 from ..graphs import Graph
 from ..progress import progress
+from ..sparse_pattern import CSRPattern, sparse_csr
 from . import _walk_kernels as kernels
 from .walks import WalkSteps, sample_walk_lengths
 
-__all__ = ["GraphRandomFeatures", "sparse_csr", "gram_estimate"]
+__all__ = ["FEATURE_KEYS", "GraphRandomFeatures", "gram_estimate"]
 
-
-def sparse_csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor,
-               size: tuple[int, int]) -> torch.Tensor:
-    """A torch CSR tensor built without invariant checks (our builders guarantee them)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
-        return torch.sparse_csr_tensor(crow, col, values, size=size, check_invariants=False)
+#: Names of the tensors that define :class:`GraphRandomFeatures` (:meth:`~GraphRandomFeatures.tensors`),
+#: in their order; kernels store them as buffers ``features_<name>``.
+FEATURE_KEYS = ("start_nodes", "row_pointer", "columns", "slot_pointer", "steps", "weights")
 
 
 @dataclass(frozen=True)
@@ -58,6 +54,9 @@ class GraphRandomFeatures:
     :ivar steps: Step of every entry (column index of :math:`\mathbf S`, shape ``(E,)``).
     :ivar weights: :math:`\mathrm{load}_t / m` of every entry (shape ``(E,)``).
     :ivar num_steps: :math:`T`, one more than the longest walk.
+    :ivar pattern: The sparsity pattern of :math:`\Phi` (from ``row_pointer`` and
+        ``columns``), which the operators multiply on and whose derived index arrays are
+        computed once; built here when not given.
     """
 
     num_nodes: int
@@ -68,6 +67,12 @@ class GraphRandomFeatures:
     steps: torch.Tensor
     weights: torch.Tensor
     num_steps: int
+    pattern: CSRPattern = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.pattern is None:
+            object.__setattr__(self, "pattern", CSRPattern(self.row_pointer, self.columns, self.num_nodes,
+                                                           validate=False))
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -191,8 +196,7 @@ class GraphRandomFeatures:
         r""":math:`\Phi(f)` as a torch CSR tensor (rows x N); unbatched ``modulation`` only."""
         if modulation.ndim != 1:
             raise ValueError("feature_matrix takes an unbatched (1-D) modulation; use values() for batches")
-        return sparse_csr(self.row_pointer, self.columns, self.values(modulation),
-                          (self.num_rows, self.num_nodes))
+        return self.pattern.csr(self.values(modulation))
 
     def scipy_feature_matrix(self, modulation: Any) -> sp.csr_matrix:
         r""":math:`\Phi(f)` as a float64 scipy CSR matrix (detached)."""
@@ -205,18 +209,30 @@ class GraphRandomFeatures:
     # ---------------------------------------------------------------- (de)serialisation
     def tensors(self) -> dict[str, torch.Tensor]:
         """The tensors that define the features (for module buffers / state dicts)."""
-        return {"start_nodes": self.start_nodes, "row_pointer": self.row_pointer,
-                "columns": self.columns, "slot_pointer": self.slot_pointer,
-                "steps": self.steps, "weights": self.weights}
+        return {name: getattr(self, name) for name in FEATURE_KEYS}
+
+    def to(self, device: torch.device | str) -> GraphRandomFeatures:
+        """These features on ``device`` (``self`` when they are there already; nothing is validated again)."""
+        device = torch.device(device)
+        if self.weights.device == device:
+            return self
+        return GraphRandomFeatures(num_nodes=self.num_nodes, num_steps=self.num_steps,
+                                   pattern=self.pattern.to(device),
+                                   **{name: tensor.to(device) for name, tensor in self.tensors().items()})
 
     @classmethod
     def from_tensors(cls, tensors: dict[str, torch.Tensor], num_nodes: int) -> GraphRandomFeatures:
-        """Inverse of :meth:`tensors`, validating shapes, index ranges and row pointers.
+        r"""Inverse of :meth:`tensors`, validating shapes, index ranges and row pointers.
 
+        The pattern of :math:`\Phi` is validated as a :class:`~gp_couple.sparse_pattern.CSRPattern`
+        (columns in range, sorted and distinct within rows) and kept as :attr:`pattern`.
+
+        :param tensors: The tensors named by :data:`FEATURE_KEYS`.
+        :param num_nodes: Number of graph nodes.
         :raises ValueError: If a tensor is missing, or the tensors do not describe valid
             features on ``num_nodes`` nodes (e.g. a corrupt state dict).
         """
-        missing = {"start_nodes", "row_pointer", "columns", "slot_pointer", "steps", "weights"} - set(tensors)
+        missing = set(FEATURE_KEYS) - set(tensors)
         if missing:
             raise ValueError(f"missing feature tensors: {sorted(missing)}")
         rows = tensors["start_nodes"].numel()
@@ -226,14 +242,14 @@ class GraphRandomFeatures:
             raise ValueError("slot_pointer does not match columns")
         if tensors["steps"].numel() != tensors["weights"].numel():
             raise ValueError("steps and weights differ in length")
-        _check_pointer(tensors["row_pointer"], tensors["columns"].numel(), "row_pointer")
         _check_pointer(tensors["slot_pointer"], tensors["steps"].numel(), "slot_pointer")
-        for name in ("start_nodes", "columns"):
-            _check_range(tensors[name], num_nodes, name)
+        _check_range(tensors["start_nodes"], num_nodes, "start_nodes")
+        pattern = CSRPattern(tensors["row_pointer"], tensors["columns"], int(num_nodes))
         if tensors["steps"].numel() and int(tensors["steps"].min()) < 0:
             raise ValueError("steps contains negative steps")
         num_steps = int(tensors["steps"].max()) + 1 if tensors["steps"].numel() else 1
-        return cls(num_nodes=int(num_nodes), num_steps=num_steps, **tensors)
+        return cls(num_nodes=int(num_nodes), num_steps=num_steps, pattern=pattern,
+                   **{name: tensors[name] for name in FEATURE_KEYS})
 
 
 def _check_pointer(pointer: torch.Tensor, total: int, name: str) -> None:

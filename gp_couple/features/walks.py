@@ -44,6 +44,7 @@ import scipy.sparse as sp
 import torch
 
 from .._checks import check_int, check_p_halt, is_int
+from .._nodes import node_index_array
 from .._random import SeedLike, as_numpy_generator, draw_seed
 from ..couplings.directions import DirectionCoupling, get_direction_coupling
 from ..couplings.proposals import NeighbourProposal, get_proposal
@@ -58,8 +59,11 @@ from . import _walk_kernels as kernels
 
 __all__ = ["WalkSteps", "sample_walks", "sample_walk_lengths", "walk_with_lengths",
            "sample_walk_endpoints", "walk_endpoints_with_lengths", "validated_lengths",
-           "expected_walk_bytes", "MAX_WALK_LENGTH"]
+           "expected_walk_bytes", "LENGTH_BLOCK", "MAX_WALK_LENGTH"]
 
+#: Walk lengths are drawn for blocks of this many consecutive node ids (see
+#: :func:`sample_walk_lengths`): a node's walks never depend on the other nodes sampled with it.
+LENGTH_BLOCK = 64
 #: Steps are stored as uint16; longer walks need an explicit ``max_length``.
 MAX_WALK_LENGTH = np.iinfo(np.uint16).max
 #: Bytes a sampled walk entry costs at the peak of a feature build (raw column, step and
@@ -159,20 +163,12 @@ def _as_numpy_modulation(modulation: Any, max_step: int) -> np.ndarray:
 
 
 def _check_start_nodes(graph: Graph, start_nodes: Any) -> np.ndarray:
+    """The ``start_nodes`` argument: every node for ``None``, else distinct node indices (maybe none)."""
     if start_nodes is None:
         return np.arange(graph.num_nodes, dtype=np.int64)
-    nodes = np.asarray(start_nodes)
-    if nodes.ndim != 1:
-        raise ValueError(f"start_nodes must be 1-D, got shape {nodes.shape}")
-    if not np.issubdtype(nodes.dtype, np.integer):
-        raise TypeError(f"start_nodes must hold integer node indices, got dtype {nodes.dtype}")
-    if nodes.size and (nodes.min() < 0 or nodes.max() >= graph.num_nodes):
-        raise ValueError(f"start_nodes must lie in [0, {graph.num_nodes})")
-    if np.unique(nodes).size != nodes.size:
-        # A node's neighbour choices are keyed by (node, walker): repeated rows would
-        # share them and not be independent.
-        raise ValueError("start_nodes contains duplicates; sample repeats with different seeds")
-    return nodes.astype(np.int64)
+    # Distinct: a node's neighbour choices are keyed by (node, walker), so repeated rows
+    # would share them and not be independent (sample repeats with different seeds).
+    return node_index_array(start_nodes, "start_nodes", graph.num_nodes, unique=True, allow_empty=True)
 
 
 def expected_walk_bytes(num_rows: int, num_walkers: int, p_halt: float,
@@ -287,20 +283,35 @@ def _check_graph(graph: Any) -> None:
 
 
 def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
-                  coupling: WalkLengthCoupling | str, num_rows: int,
-                  max_length: int | None, rng: np.random.Generator) -> np.ndarray:
+                  coupling: WalkLengthCoupling | str, starts: np.ndarray,
+                  max_length: int | None, seed: int) -> np.ndarray:
+    """Walk lengths of every start node, drawn per block of :data:`LENGTH_BLOCK` node ids.
+
+    The lengths of node ``v`` are row ``v % LENGTH_BLOCK`` of one call of the coupling's
+    ``sample_lengths`` for the block ``v // LENGTH_BLOCK``, with a generator keyed by
+    ``(seed, block)``. So they do not depend on which other nodes are sampled, in which
+    order or in how many calls: chunked and sharded sampling give the same walks.
+    """
     num_walkers = check_int("num_walkers", num_walkers)
     if max_length is not None:
         if not is_int(max_length):
             raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
         if not 0 <= max_length <= MAX_WALK_LENGTH:
             raise ValueError(f"max_length must lie in [0, {MAX_WALK_LENGTH}], got {max_length}")
-    _check_walk_memory(num_rows, num_walkers, p_halt, max_length)
+    _check_walk_memory(starts.size, num_walkers, p_halt, max_length)
     instance = get_walk_length_coupling(coupling)
-    # A user's coupling is an edge: its lengths are checked (and copied, so capping them
-    # below never writes into the coupling's own array).
-    lengths = checked_lengths(instance.sample_lengths(num_rows, num_walkers, p_halt, rng), instance,
-                              "sample_lengths", (num_rows, num_walkers), "one per start node and walker")
+    lengths = np.empty((starts.size, num_walkers), dtype=np.int64)
+    order = np.argsort(starts // LENGTH_BLOCK, kind="stable")
+    blocks, first = np.unique(starts[order] // LENGTH_BLOCK, return_index=True)
+    bounds = np.append(first, starts.size)
+    for block, lo, hi in zip(blocks.tolist(), bounds[:-1].tolist(), bounds[1:].tolist()):
+        rows = order[lo:hi]
+        rng = np.random.default_rng((seed, block))
+        # A user's coupling is an edge: its lengths are checked (and copied, so capping them
+        # below never writes into the coupling's own array).
+        drawn = checked_lengths(instance.sample_lengths(LENGTH_BLOCK, num_walkers, p_halt, rng), instance,
+                                "sample_lengths", (LENGTH_BLOCK, num_walkers), "one per start node and walker")
+        lengths[rows] = drawn[starts[rows] % LENGTH_BLOCK]
     if max_length is not None:
         np.minimum(lengths, max_length, out=lengths)
     return lengths
@@ -322,7 +333,7 @@ def sample_walk_lengths(graph: Graph, num_walkers: int, p_halt: float,
     starts = _check_start_nodes(graph, start_nodes)
     rng = as_numpy_generator(seed)
     walk_seed = draw_seed(rng)
-    lengths = _draw_lengths(graph, num_walkers, p, coupling, starts.size, max_length, rng)
+    lengths = _draw_lengths(graph, num_walkers, p, coupling, starts, max_length, draw_seed(rng))
     return starts, validated_lengths(graph, lengths, starts), walk_seed
 
 

@@ -9,12 +9,14 @@ validates node-index inputs, batches hyperparameters (gpytorch's ``__getitem__``
 :class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel` derive from it.
 
 Inputs are node indices: tensors of shape ``(..., n, 1)``, floating point (integer
-valued) or integer. Their values are checked once per input tensor
-(:func:`check_node_values`, one host synchronisation on an accelerator); the result is
-remembered for that tensor, so a training loop does not check or synchronise again,
-and public entry points that validated the indices already (the GP models, through
-:func:`node_index_tensor`) hand them over with
-:meth:`GraphNodeKernel.trust_node_inputs`.
+valued, as gpytorch passes them) or integer. Their values are checked once per input
+tensor by the rule of :mod:`gp_couple._nodes` (one host synchronisation on an
+accelerator); the result is remembered for that tensor, so a training loop does not
+check or synchronise again. The GP models validate their nodes themselves and hand them
+over with :meth:`GraphNodeKernel.prepare_inputs`, the hook through which a kernel also
+refuses nodes it cannot be evaluated at (:meth:`GraphNodeKernel.check_covered`: a GRF
+kernel has feature rows only for its ``nodes``), so models never need to know the
+kernel's class.
 """
 
 from __future__ import annotations
@@ -23,116 +25,35 @@ import itertools
 from copy import deepcopy
 from typing import Any
 
-import numpy as np
 import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
+from .. import _nodes
 from ..graphs import Graph
 from ..kernel_families import Diffusion, KernelFamily
 from ._inputs import InputCache
 from ._state import check_state_tensors
 
-__all__ = ["GraphNodeKernel", "check_node_tensor_form", "check_node_values", "node_index_tensor"]
+__all__ = ["GraphNodeKernel", "check_node_tensor_form"]
 
 _EXTRA_STATE_VERSION = 1
 
 
 # -------------------------------------------------------------------- node-index inputs
-def _dtype_error(name: str, dtype: Any) -> TypeError:
-    return TypeError(f"{name} must hold node indices as integers or integer-valued floats, got dtype {dtype}")
-
-
-def check_node_values(index: Tensor, name: str, num_nodes: int | None = None) -> Tensor:
-    """Check the values of node indices (any shape, any device) and return them as int64.
-
-    Every check reduces to four numbers read back together, so a device tensor costs
-    one host synchronisation.
-
-    :param index: Real tensor of node indices (integer, or floating with integer values).
-    :param name: Argument name used in error messages.
-    :param num_nodes: If given, every index must lie in ``[0, num_nodes)``.
-    :raises ValueError: If an index is NaN or infinite, not an integer, not exactly
-        representable in the dtype, negative, or ``>= num_nodes``.
-    """
-    if index.numel() == 0:
-        return index.to(torch.int64)
-    if index.dtype.is_floating_point:
-        finite = torch.isfinite(index)
-        safe = torch.where(finite, index, torch.zeros((), dtype=index.dtype, device=index.device))
-        fractional = safe != torch.round(safe)
-        nonfinite, has_fraction, low, high = torch.stack(
-            [(~finite).any().to(torch.float64), fractional.any().to(torch.float64),
-             safe.min().to(torch.float64), safe.max().to(torch.float64)]).tolist()
-        if nonfinite:
-            raise ValueError(f"{name} contains NaN or infinite node indices")
-        if has_fraction:
-            raise ValueError(f"{name} contains non-integer node index {safe[fractional][0].item()}")
-        # Floats represent integers exactly only up to 2 / eps (2**24 for float32).
-        exact = round(2.0 / torch.finfo(index.dtype).eps)
-        if max(-low, high) > exact:
-            raise ValueError(f"{name} has dtype {index.dtype}, which cannot represent node indices above "
-                             f"2**{exact.bit_length() - 1} exactly; pass int64 or float64 indices")
-        low, high = int(low), int(high)
-    else:
-        low, high = torch.stack([index.min(), index.max()]).to(torch.int64).tolist()
-    if low < 0:
-        bound = "" if num_nodes is None else f", outside [0, {num_nodes})"
-        raise ValueError(f"{name} contains negative node index {low}{bound}")
-    if num_nodes is not None and high >= num_nodes:
-        raise ValueError(f"{name} contains node index {high} outside [0, {num_nodes})")
-    return index.to(torch.int64)
-
-
-def node_index_tensor(nodes: Any, name: str, num_nodes: int | None = None, *,
-                      device: torch.device | str | None = None) -> Tensor:
-    """Validate a 1-D set of node indices (or a column ``(n, 1)``) and return it as int64 ``(n,)``.
-
-    The public edge for node indices given as tensors, arrays or sequences (the GP
-    models' train and test nodes); the values are checked by :func:`check_node_values`.
-
-    :param nodes: Tensor, array or sequence of node indices (integers, or floats with
-        integer values).
-    :param name: Argument name used in error messages.
-    :param num_nodes: If given, every index must lie in ``[0, num_nodes)``.
-    :param device: Device of the result (default: the tensor's own, or the CPU).
-    :raises TypeError: If the indices are not real numbers.
-    :raises ValueError: If the shape is wrong, the set is empty, or an index is
-        non-finite, non-integer, negative or out of range.
-    """
-    if isinstance(nodes, Tensor):
-        tensor = nodes.detach()
-    else:
-        try:
-            array = np.asarray(nodes)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"{name} must be array-like, got {type(nodes).__name__}") from error
-        if array.dtype == np.bool_ or not (np.issubdtype(array.dtype, np.integer)
-                                           or np.issubdtype(array.dtype, np.floating)):
-            raise _dtype_error(name, array.dtype)
-        tensor = torch.from_numpy(np.array(array))
-    if tensor.dtype == torch.bool or tensor.dtype.is_complex:
-        raise _dtype_error(name, tensor.dtype)
-    if tensor.ndim == 2 and tensor.shape[1] == 1:
-        tensor = tensor[:, 0]
-    if tensor.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (or a column of shape (n, 1)), got shape {tuple(tensor.shape)}")
-    if tensor.numel() == 0:
-        raise ValueError(f"{name} is empty")
-    index = check_node_values(tensor, name, num_nodes)
-    return index if device is None else index.to(device)
-
-
 def check_node_tensor_form(x: Any, name: str) -> None:
-    """Check the type, dtype and shape ``(..., n, 1)`` of kernel inputs (no device synchronisation).
+    """Check the type and shape ``(..., n, 1)`` of kernel inputs (no device synchronisation).
 
-    :raises TypeError: If ``x`` is not a real tensor.
+    Their dtype and values are checked, once per input tensor, by
+    :func:`gp_couple._nodes.check_node_values`.
+
+    :param x: Kernel inputs.
+    :param name: Argument name used in error messages.
+    :raises TypeError: If ``x`` is not a tensor.
     :raises ValueError: If ``x`` requires grad or has the wrong shape.
     """
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a tensor of node indices, got {type(x).__name__}")
-    if x.dtype == torch.bool or x.dtype.is_complex:
-        raise _dtype_error(name, x.dtype)
     if x.requires_grad:
         # e.g. gpytorch's default learn_inducing_locations=True: gradients cannot move
         # discrete node indices, so they would silently never change.
@@ -146,7 +67,9 @@ def check_node_tensor_form(x: Any, name: str) -> None:
 
 def _node_values(x: Tensor, name: str, num_nodes: int, device: torch.device) -> Tensor:
     """Int64 node indices of kernel inputs ``(..., n, 1)``: ``(n,)`` when shared by the batch."""
-    flat = check_node_values(x[..., 0].reshape(-1, x.shape[-2]), name, num_nodes).to(device)
+    # Looked up on the module at every call (tests count the checks by replacing it there).
+    flat = _nodes.check_node_values(x[..., 0].reshape(-1, x.shape[-2]), name, num_nodes,
+                                    gpytorch_inputs=True).to(device)
     if flat.shape[0] <= 1 or bool((flat == flat[0]).all()):
         return flat[0]
     return flat.reshape(x.shape[:-1])
@@ -234,14 +157,49 @@ class GraphNodeKernel(Kernel):
         :func:`gp_couple.models.predict`; randomised kernels override it.
         """
 
-    def trust_node_inputs(self, x: Tensor, index: Tensor) -> None:
-        """Remember ``index`` (int64 ``(n,)``) as the validated node indices of the column ``x``.
+    def covered_nodes(self) -> Tensor | None:
+        """The nodes this kernel can be evaluated at (int64 ``(m,)``), or ``None`` for every node.
 
-        For public entry points (e.g. :class:`~gp_couple.models.GraphGP`) that built
-        ``x`` from indices they have already validated, so the kernel does not check
-        them a second time.
+        Kernels defined on every node (the default) return ``None``; a GRF kernel
+        returns the nodes it sampled walks from.
         """
-        self._node_cache.put(x, index.to(self.device))
+        return None
+
+    def check_covered(self, index: Tensor, name: str = "nodes") -> None:
+        """Raise if the kernel cannot be evaluated at some of the validated node indices ``index``.
+
+        The default reads :meth:`covered_nodes`; subclasses may override it with a
+        faster lookup or a more specific message.
+
+        :param index: Validated int64 node indices ``(n,)``, on any device.
+        :param name: Argument name used in the message.
+        :raises ValueError: If a node is outside :meth:`covered_nodes`.
+        """
+        covered = self.covered_nodes()
+        if covered is None:
+            return
+        missing = index[~torch.isin(index.to(covered.device), covered).to(index.device)]
+        if missing.numel():
+            raise ValueError(f"{name} contains node {int(missing[0])} (and {missing.numel() - 1} more) "
+                             f"outside the {covered.numel()} nodes this {type(self).__name__} is defined on")
+
+    def prepare_inputs(self, index: Tensor, inputs: Tensor, name: str = "nodes") -> None:
+        """Accept node indices that a model validated and turned into its GP inputs.
+
+        The hook through which models hand nodes to their graph kernels without knowing
+        the kernels' classes: the kernel refuses nodes it cannot be evaluated at
+        (:meth:`check_covered`), then remembers ``index`` as the node indices of
+        ``inputs``, so its forward passes neither check them again nor read the float
+        column back (see :mod:`gp_couple._nodes` for why the inputs are floats).
+
+        :param index: Validated int64 node indices ``(n,)``
+            (:func:`gp_couple._nodes.node_index_tensor`).
+        :param inputs: The GP input column ``(n, 1)`` made from them.
+        :param name: Argument name used in error messages.
+        :raises ValueError: If the kernel cannot be evaluated at a node.
+        """
+        self.check_covered(index, name)
+        self._node_cache.put(inputs, index.to(self.device))
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> GraphNodeKernel:
         # Remembered indices live on the old device.

@@ -43,6 +43,7 @@ from linear_operator.operators import LinearOperator
 from torch import Tensor
 
 from .._checks import check_even_walkers, check_fraction, check_int, check_p_halt, is_int
+from .._nodes import node_index_array
 from .._random import SeedLike, draw_seed
 from ..couplings.directions import (
     DirectionCoupling,
@@ -52,12 +53,13 @@ from ..couplings.directions import (
 )
 from ..couplings.proposals import NeighbourProposal, UniformProposal, get_proposal, proposal_from_dict
 from ..couplings.walk_lengths import WalkLengthCoupling, coupling_from_dict, get_walk_length_coupling
-from ..features.grf import GraphRandomFeatures
+from ..features.grf import FEATURE_KEYS, GraphRandomFeatures
 from ..features.sigma_fit import fit_sigma_coupling
 from ..graphs import Graph
 from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
 from ..kernel_families import KernelFamily
-from ..operators import CSRPattern, GRFGramLinearOperator, SparseFeatureLinearOperator
+from ..operators import GRFGramLinearOperator, SparseFeatureLinearOperator
+from ..sparse_pattern import CSRPattern
 from ._inputs import InputCache, same_inputs
 from .graph_node import GraphNodeKernel
 
@@ -78,9 +80,8 @@ PREDICT_GRAM_TOLERANCE = 0.01
 GRAM_ERROR_ROWS = 256
 #: Order of the σ-coupling fitted for prediction (the paper's value for GPs).
 SIGMA_ORDER = 50
-
-#: Names of the feature tensors stored as buffers (``features_<name>``).
-_FEATURE_KEYS = ("start_nodes", "row_pointer", "columns", "slot_pointer", "steps", "weights")
+#: Significant digits of the hyperparameters a σ-coupling is fitted at (see :func:`_rounded`).
+SIGMA_FIT_DIGITS = 6
 
 
 class GRFKernel(GraphNodeKernel):
@@ -143,8 +144,7 @@ class GRFKernel(GraphNodeKernel):
         features = self._sample(config, seed, self._check_nodes(nodes), torch.get_default_dtype(),
                                 torch.device("cpu"))
         self._set_config(config, seed)
-        for name, tensor in features.tensors().items():
-            self.register_buffer(f"features_{name}", tensor)
+        self._hold(features)
 
     # ---------------------------------------------------------------- configuration
     def check_estimator(self) -> None:
@@ -185,7 +185,7 @@ class GRFKernel(GraphNodeKernel):
         :return: The estimated relative error.
         """
         rng = np.random.default_rng(draw_seed(seed))
-        starts = self.features_start_nodes.cpu().numpy()
+        starts = self._gram_error_candidates()
         subset = np.sort(rng.choice(starts, size=min(int(rows), starts.size), replace=False))
         inputs = torch.as_tensor(subset, dtype=torch.float64).unsqueeze(-1)
         estimates = []
@@ -200,6 +200,10 @@ class GRFKernel(GraphNodeKernel):
                 estimates.append(probe(inputs).to_dense())
         mean = (estimates[0] + estimates[1]) / 2
         return float(torch.linalg.norm(estimates[0] - estimates[1]) / math.sqrt(2) / torch.linalg.norm(mean))
+
+    def _gram_error_candidates(self) -> np.ndarray:
+        """The nodes :meth:`estimate_gram_error` draws its subset from (the kernel's rows)."""
+        return self.features_start_nodes.cpu().numpy()
 
     def walkers_for(self, tolerance: float, *, start: int, max_walkers: int, p_halt: float | None = None,
                     coupling: str | WalkLengthCoupling | None = None, seed: SeedLike = 0) -> tuple[int, float]:
@@ -273,7 +277,7 @@ class GRFKernel(GraphNodeKernel):
         p_halt = self.halting_for_range() if follow_range else self.p_halt
         with torch.no_grad():
             # The sigma fit samples walks and weighs them on the CPU.
-            sigma = fit_sigma_coupling(deepcopy(self.kernel_family).cpu(), p_halt, SIGMA_ORDER,
+            sigma = fit_sigma_coupling(_rounded(self.kernel_family), p_halt, SIGMA_ORDER,
                                        samples_per_bin=sigma_fit_samples, seed=base_seed)
         if num_walkers is None:
             num_walkers, error = self.walkers_for(tolerance, start=PREDICT_WALKERS, max_walkers=max_walkers,
@@ -297,23 +301,8 @@ class GRFKernel(GraphNodeKernel):
         self.seed: int = seed
 
     def _check_nodes(self, nodes: Any) -> np.ndarray | None:
-        if nodes is None:
-            return None
-        if isinstance(nodes, Tensor):
-            nodes = nodes.detach().cpu().numpy()
-        index = np.asarray(nodes)
-        if index.ndim != 1:
-            raise ValueError(f"nodes must be a 1-D sequence of node indices, got shape {index.shape}")
-        if index.size == 0:
-            raise ValueError("nodes is empty")
-        if not np.issubdtype(index.dtype, np.integer):
-            raise TypeError(f"nodes must hold integer node indices, got dtype {index.dtype}")
-        if index.min() < 0 or index.max() >= self.num_nodes:
-            bad = index.min() if index.min() < 0 else index.max()
-            raise ValueError(f"nodes contains node index {bad} outside [0, {self.num_nodes})")
-        if np.unique(index).size != index.size:
-            raise ValueError("nodes contains duplicate node indices")
-        return index.astype(np.int64)
+        """The ``nodes`` argument: ``None`` (every node) or distinct node indices."""
+        return None if nodes is None else node_index_array(nodes, "nodes", self.num_nodes, unique=True)
 
     def _sample(self, config: dict[str, Any], seed: int, nodes: np.ndarray | None, dtype: torch.dtype,
                 device: torch.device) -> GraphRandomFeatures:
@@ -321,11 +310,22 @@ class GRFKernel(GraphNodeKernel):
             self._graph, config["num_walkers"], config["p_halt"], config["coupling"],
             max_length=config["max_length"], seed=seed, start_nodes=nodes, dtype=dtype,
             proposal=config["proposal"], directions=config["directions"])
-        if device.type != "cpu":
-            features = GraphRandomFeatures.from_tensors(
-                {name: tensor.to(device) for name, tensor in features.tensors().items()},
-                self.num_nodes)
-        return features
+        return features.to(device)
+
+    def sample_features(self, nodes: np.ndarray, dtype: torch.dtype | None = None) -> GraphRandomFeatures:
+        """The walks of ``nodes`` under this kernel's configuration and seed, on the CPU.
+
+        Walks are keyed by their start node, so these are the kernel's own rows for the
+        nodes it holds, and the rows it would hold for any other node: prediction at nodes
+        outside :attr:`nodes` samples them chunk by chunk (:mod:`gp_couple.streaming`).
+
+        :param nodes: Validated int64 node indices (distinct).
+        :param dtype: Dtype of the weights (default: the kernel's).
+        """
+        config = {"num_walkers": self.num_walkers, "p_halt": self.p_halt, "coupling": self.coupling,
+                  "max_length": self.max_length, "proposal": self.proposal, "directions": self.directions}
+        return self._sample(config, self.seed, nodes, self.features_weights.dtype if dtype is None else dtype,
+                            torch.device("cpu"))
 
     def resample(self, seed: SeedLike = None, *, nodes: Any = "keep", num_walkers: int | None = None,
                  p_halt: float | None = None, coupling: str | WalkLengthCoupling | None = None,
@@ -356,9 +356,7 @@ class GRFKernel(GraphNodeKernel):
         weights = self.features_weights
         features = self._sample(config, seed, self._check_nodes(nodes), weights.dtype, weights.device)
         self._set_config(config, seed)
-        for name, tensor in features.tensors().items():
-            setattr(self, f"features_{name}", tensor)
-        self._invalidate()
+        self._hold(features)
         return self
 
     # ---------------------------------------------------------------- state
@@ -403,10 +401,10 @@ class GRFKernel(GraphNodeKernel):
             self._set_config(*checked)
 
     def _reshaped_on_load(self) -> frozenset[str]:
-        return frozenset(f"features_{name}" for name in _FEATURE_KEYS)
+        return frozenset(f"features_{name}" for name in FEATURE_KEYS)
 
     def _before_load(self, state_dict: dict[str, Any], prefix: str) -> None:
-        saved = {name: state_dict.get(f"{prefix}features_{name}") for name in _FEATURE_KEYS}
+        saved = {name: state_dict.get(f"{prefix}features_{name}") for name in FEATURE_KEYS}
         if all(isinstance(tensor, Tensor) for tensor in saved.values()):
             # Refuse corrupt features before anything is copied, so the kernel stays intact.
             try:
@@ -416,7 +414,7 @@ class GRFKernel(GraphNodeKernel):
                                  f"({error})") from error
         # resample() changes the number of feature entries, so a saved kernel's buffers
         # legitimately differ in shape from a freshly built one: adopt the saved shapes.
-        for name in _FEATURE_KEYS:
+        for name in FEATURE_KEYS:
             saved = state_dict.get(f"{prefix}features_{name}")
             current = self._buffers[f"features_{name}"]
             if isinstance(saved, Tensor) and saved.shape != current.shape:
@@ -442,9 +440,21 @@ class GRFKernel(GraphNodeKernel):
         return self._cache[key]
 
     # ---------------------------------------------------------------- features
+    def _hold(self, features: GraphRandomFeatures) -> None:
+        """Store sampled features as the buffers ``features_<name>`` and as :attr:`features`.
+
+        The buffers are the features' own tensors, so the features (and their pattern) are
+        used as they are; features rebuilt from the buffers (after a device move or a
+        load) are validated by :meth:`GraphRandomFeatures.from_tensors`.
+        """
+        for name, tensor in features.tensors().items():
+            self.register_buffer(f"features_{name}", tensor)
+        self._invalidate()
+        self._cache["features"] = features
+
     def _features(self) -> GraphRandomFeatures:
         return self._cached("features", lambda: GraphRandomFeatures.from_tensors(
-            {name: getattr(self, f"features_{name}") for name in _FEATURE_KEYS}, self.num_nodes))
+            {name: getattr(self, f"features_{name}") for name in FEATURE_KEYS}, self.num_nodes))
 
     @property
     def features(self) -> GraphRandomFeatures:
@@ -457,8 +467,7 @@ class GRFKernel(GraphNodeKernel):
         return self.features_start_nodes
 
     def _pattern(self) -> CSRPattern:
-        return self._cached("pattern", lambda: CSRPattern(
-            self.features_row_pointer, self.features_columns, self.num_nodes, validate=False))
+        return self._features().pattern
 
     def _rows_are_nodes(self) -> bool:
         def build() -> bool:
@@ -473,12 +482,28 @@ class GRFKernel(GraphNodeKernel):
         features = self._features()
         return features.values(self.kernel_family.modulation(features.num_steps))
 
+    def covered_nodes(self) -> Tensor | None:
+        """The nodes with feature rows (the ``nodes`` walks were sampled from), or ``None`` for every node."""
+        return None if self._rows_are_nodes() else self.features_start_nodes
+
+    def check_covered(self, index: Tensor, name: str = "nodes") -> None:
+        """Raise if a validated node index has no feature row (:meth:`rows`).
+
+        :param index: Validated int64 node indices ``(n,)``, on any device.
+        :param name: Argument name used in the message.
+        :raises ValueError: If a node is outside the kernel's ``nodes``.
+        """
+        self.rows(index, name)
+
     def rows(self, nodes: Tensor, name: str = "x") -> Tensor:
         """Feature rows of validated node indices (int64 ``(n,)``), on the kernel's device.
 
         A device-side binary search in the sorted start nodes (cached); checking that
         every node has a row reads one flag back to the host.
 
+        :param nodes: Validated int64 node indices ``(n,)``, on any device.
+        :param name: Argument name used in the message.
+        :return: int64 row positions ``(n,)`` in the feature matrix.
         :raises ValueError: If a node has no feature row (it is outside ``nodes``).
         """
         nodes = nodes.to(self.features_start_nodes.device)
@@ -586,6 +611,26 @@ def _walk_config(num_walkers: Any, p_halt: Any, coupling: Any, max_length: Any, 
             "coupling": get_walk_length_coupling(coupling),
             "max_length": None if max_length is None else check_int("max_length", max_length, 0),
             "proposal": get_proposal(proposal), "directions": get_direction_coupling(directions)}
+
+
+def _rounded(family: KernelFamily) -> KernelFamily:
+    """A CPU copy of ``family`` with its raw hyperparameters rounded to :data:`SIGMA_FIT_DIGITS` significant digits.
+
+    The σ-coupling is an optimal assignment, a discrete function of the hyperparameters:
+    fitting it at rounded values makes rounding-level differences (sums reduced in another
+    order on another number of processes) give the same coupling.
+    """
+    family = deepcopy(family).cpu()
+    with torch.no_grad():
+        for parameter in family.parameters():
+            parameter.copy_(_round_significant(parameter))
+    return family
+
+
+def _round_significant(values: Tensor) -> Tensor:
+    exponent = torch.floor(torch.log10(values.abs().clamp_min(1e-300)))
+    scale = torch.pow(10.0, SIGMA_FIT_DIGITS - 1 - exponent)
+    return torch.where(values == 0, values, torch.round(values * scale) / scale)
 
 
 def _resolve_seed(seed: SeedLike) -> int:

@@ -35,12 +35,12 @@ from torch import Tensor
 
 from ..graphs import Graph
 from ..kernel_families import KernelFamily
-from ..operators.chebyshev import (
+from ..operators.chebyshev import ChebyshevKernelLinearOperator
+from ..operators.chebyshev_basis import ChebyshevBasis
+from ..operators.chebyshev_series import (
     DEFAULT_MAX_DEGREE,
     DEFAULT_TOLERANCE,
-    ChebyshevBasis,
     ChebyshevExpansion,
-    ChebyshevKernelLinearOperator,
     chebyshev_expansion,
     check_tolerance,
 )
@@ -55,7 +55,7 @@ def chebyshev_basis(graph: Graph) -> ChebyshevBasis:
     Every kernel on the graph (and every copy gpytorch makes of one) shares it, and so
     shares its table of diagonals.
     """
-    return graph._cached("chebyshev_basis", lambda: ChebyshevBasis(graph.normalized_adjacency()))
+    return graph.derived("chebyshev_basis", lambda: ChebyshevBasis(graph.normalized_adjacency()))
 
 
 class MatrixFreeGraphKernel(GraphNodeKernel):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from .chebyshev import ChebyshevBasis, ChebyshevExpansion, ChebyshevKernelLinearOperator, chebyshev_expansion
-from .csr_pattern import CSRPattern, segment_sum
+from ..sparse_pattern import CSRPattern, segment_sum
+from .chebyshev import ChebyshevKernelLinearOperator
+from .chebyshev_basis import ChebyshevBasis
+from .chebyshev_series import ChebyshevExpansion, chebyshev_expansion
 from .grf_gram import GRFGramLinearOperator
 from .sparse_feature_operator import SparseFeatureLinearOperator
 from .sparse_products import sparse_matmul

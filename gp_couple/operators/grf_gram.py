@@ -31,8 +31,9 @@ from linear_operator.utils.getitem import _equal_indices, _noop_index
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
-from . import preconditioner
-from .csr_pattern import CSRPattern, segment_sum
+from ..settings import preconditioner_pivot_reuse
+from ..sparse_pattern import CSRPattern, segment_sum
+from .preconditioner import PivotMemo, nystrom_factor
 from .sparse_feature_operator import SparseFeatureLinearOperator
 from .sparse_products import sampled_dots, sparse_matmul, spmm
 
@@ -379,16 +380,32 @@ class GRFGramLinearOperator(LinearOperator):
         """linear_operator's pivoted Cholesky, whose pivots may be reused across training steps.
 
         See :mod:`gp_couple.operators.preconditioner` (off unless
-        :class:`~gp_couple.operators.preconditioner.preconditioner_pivot_reuse` is on).
+        :class:`~gp_couple.settings.preconditioner_pivot_reuse` is on).
         """
-        def compute() -> tuple[Tensor, Tensor]:
-            return super(GRFGramLinearOperator, self).pivoted_cholesky(rank, error_tol, return_pivots=True)
-
-        if not self.is_symmetric or len(self.batch_shape):
-            factor, permutation = compute()
+        memo = self._pivot_memo()
+        reused = None
+        if memo is not None:
+            with torch.no_grad():
+                diagonal = self._diagonal()
+            reused = memo.reusable(diagonal, rank, error_tol)
+        if reused is not None:
+            pivots, permutation = reused
+            factor = nystrom_factor(_block(self, torch.arange(self.size(-2), device=self.device), pivots), pivots)
         else:
-            factor, permutation = preconditioner.pivoted_cholesky(self, rank, error_tol, compute)
+            factor, permutation = super().pivoted_cholesky(rank, error_tol, return_pivots=True)
+            if memo is not None:
+                memo.remember(diagonal, rank, error_tol, factor, permutation)
         return (factor, permutation) if return_pivots else factor
+
+    def _pivot_memo(self) -> PivotMemo | None:
+        """The feature pattern's :class:`~gp_couple.operators.preconditioner.PivotMemo`, where pivots may be reused.
+
+        Only symmetric, unbatched Gram matrices reuse pivots, and only under
+        :class:`~gp_couple.settings.preconditioner_pivot_reuse`.
+        """
+        if not self.is_symmetric or len(self.batch_shape) or preconditioner_pivot_reuse.value() is None:
+            return None
+        return self.left.pattern.derived("preconditioner_pivots", PivotMemo)
 
     def _square_root_method(self, method: str | None) -> str:
         # The root updates of add_low_rank/cat_rows need a square root L paired with its

@@ -21,12 +21,16 @@ by its largest entry) moved by at most the tolerance, and computes :math:`\mathb
 one block product. With the same pivots the factor is the same; with older pivots it
 is another valid preconditioner: CG still stops at its tolerance and the stochastic
 log-determinant (preconditioner term plus the probe estimate) stays unbiased.
+
+This module knows nothing of the operator: :meth:`GRFGramLinearOperator.pivoted_cholesky
+<gp_couple.operators.grf_gram.GRFGramLinearOperator.pivoted_cholesky>` keeps a
+:class:`PivotMemo` with its feature pattern, asks it for reusable pivots, and hands it the
+pivots linear_operator chose otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from linear_operator.utils.cholesky import psd_safe_cholesky
@@ -34,43 +38,61 @@ from torch import Tensor
 
 from ..settings import preconditioner_pivot_reuse
 
-if TYPE_CHECKING:
-    from .grf_gram import GRFGramLinearOperator
-
-__all__ = ["pivoted_cholesky", "preconditioner_pivot_reuse"]
-
-_CACHE_KEY = "preconditioner_pivots"
+__all__ = ["PivotMemo", "nystrom_factor", "preconditioner_pivot_reuse"]
 
 
-def _nystrom_factor(gram: GRFGramLinearOperator, pivots: Tensor) -> Tensor:
-    r""":math:`\widehat{\mathbf K}_{:, P}\,\mathrm{chol}(\widehat{\mathbf K}_{P,P})^{-\top}` (differentiable)."""
-    columns = gram[torch.arange(gram.size(-2), device=gram.device).unsqueeze(-1), pivots.unsqueeze(-2)]
+def nystrom_factor(columns: Tensor, pivots: Tensor) -> Tensor:
+    r""":math:`\widehat{\mathbf K}_{:, P}\,\mathrm{chol}(\widehat{\mathbf K}_{P,P})^{-\top}` (differentiable).
+
+    :param columns: The pivot columns :math:`\widehat{\mathbf K}_{:, P}` (shape ``(n, m)``).
+    :param pivots: The pivots :math:`P` (shape ``(m,)``).
+    :return: The factor :math:`\mathbf L` (shape ``(n, m)``).
+    """
     factor = psd_safe_cholesky(columns[pivots, :])
     return torch.linalg.solve_triangular(factor, columns.mT, upper=False).mT
 
 
-def pivoted_cholesky(gram: GRFGramLinearOperator, rank: int, error_tol: float | None,
-                     compute: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
-    """The rank-``rank`` pivoted Cholesky factor of ``gram`` and its permutation, reusing pivots if allowed.
+class PivotMemo:
+    """The pivots last chosen for the Gram matrix of one feature pattern, and when they may be reused.
 
-    :param gram: A symmetric, unbatched GRF Gram operator.
-    :param rank: The factor's largest rank.
-    :param error_tol: linear_operator's early-stopping tolerance (part of the cache key).
-    :param compute: linear_operator's pivoted Cholesky, returning ``(factor, permutation)``.
-    :return: ``(factor, permutation)`` as linear_operator returns them.
+    One memo lives with each feature pattern (the operator keeps it with
+    :meth:`~gp_couple._derived.DerivedCache.derived`), so the operators that every
+    training step builds on the same rows share it.
     """
-    tolerance: Any = preconditioner_pivot_reuse.value()
-    if tolerance is None:
-        return compute()
-    with torch.no_grad():
-        diagonal = gram._diagonal()
-        diagonal = diagonal / diagonal.max().clamp_min(torch.finfo(diagonal.dtype).tiny)
-    cache = gram.left.pattern._cache
-    memo = cache.get(_CACHE_KEY)
-    if memo is not None and memo["key"] == (rank, error_tol, diagonal.dtype) \
-            and float((diagonal - memo["diagonal"]).abs().max()) <= tolerance:
-        return _nystrom_factor(gram, memo["pivots"]), memo["permutation"]
-    factor, permutation = compute()
-    cache[_CACHE_KEY] = {"key": (rank, error_tol, diagonal.dtype), "diagonal": diagonal,
-                         "pivots": permutation[..., :factor.shape[-1]].clone(), "permutation": permutation.clone()}
-    return factor, permutation
+
+    def __init__(self) -> None:
+        self._last: dict[str, Any] | None = None
+
+    @staticmethod
+    def _normalised(diagonal: Tensor) -> Tensor:
+        diagonal = diagonal.detach()
+        return diagonal / diagonal.max().clamp_min(torch.finfo(diagonal.dtype).tiny)
+
+    def reusable(self, diagonal: Tensor, rank: int, error_tol: float | None) -> tuple[Tensor, Tensor] | None:
+        """The remembered pivots if reuse is on and the normalised diagonal moved within its tolerance.
+
+        :param diagonal: The Gram matrix's diagonal now.
+        :param rank: The factor's largest rank.
+        :param error_tol: linear_operator's early-stopping tolerance.
+        :return: ``(pivots, permutation)`` as remembered, or ``None`` (compute new pivots).
+        """
+        tolerance: Any = preconditioner_pivot_reuse.value()
+        last = self._last
+        if tolerance is None or last is None or last["key"] != (rank, error_tol, diagonal.dtype):
+            return None
+        if float((self._normalised(diagonal) - last["diagonal"]).abs().max()) > tolerance:
+            return None
+        return last["pivots"], last["permutation"]
+
+    def remember(self, diagonal: Tensor, rank: int, error_tol: float | None, factor: Tensor,
+                 permutation: Tensor) -> None:
+        """Keep the pivots of a newly computed factor.
+
+        :param diagonal: The Gram matrix's diagonal they were chosen on.
+        :param rank: The factor's largest rank.
+        :param error_tol: linear_operator's early-stopping tolerance.
+        :param factor: The factor linear_operator computed (its width is the number of pivots).
+        :param permutation: Its permutation (pivots first).
+        """
+        self._last = {"key": (rank, error_tol, diagonal.dtype), "diagonal": self._normalised(diagonal),
+                      "pivots": permutation[..., :factor.shape[-1]].clone(), "permutation": permutation.clone()}

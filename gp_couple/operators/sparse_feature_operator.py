@@ -9,7 +9,7 @@ rectangular feature matrix
     \Phi(\theta) = \sum_t f_\theta(t)\, \Phi_t \in \mathbb R^{R \times N},
     \qquad \widehat{\mathbf K} = \Phi \Phi^\top ,
 
-whose pattern (:class:`~gp_couple.operators.csr_pattern.CSRPattern`) is fixed once the
+whose pattern (:class:`~gp_couple.sparse_pattern.CSRPattern`) is fixed once the
 walks are sampled while its values follow :math:`\theta`.
 :class:`SparseFeatureLinearOperator` is :math:`\Phi` (or :math:`\Phi^\top`): the values are
 its only tensor argument, with optional leading batch dimensions that share the pattern
@@ -29,7 +29,7 @@ from linear_operator.utils.getitem import _is_noop_index, _noop_index
 from linear_operator.utils.memoize import cached
 from torch import Tensor
 
-from .csr_pattern import CSRPattern
+from ..sparse_pattern import CSRPattern
 from .sparse_products import sampled_dots, sparse_matmul
 
 __all__ = ["SparseFeatureLinearOperator"]

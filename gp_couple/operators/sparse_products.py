@@ -15,7 +15,7 @@ pattern (never an :math:`R \times C` matrix) and the gradient with respect to th
 right-hand side is a product with :math:`\Phi^\top`.
 
 Products by :math:`\Phi^\top` use the cached transposed pattern
-(:meth:`~gp_couple.operators.csr_pattern.CSRPattern.transpose`) and the transposed
+(:meth:`~gp_couple.sparse_pattern.CSRPattern.transpose`) and the transposed
 values, which callers gather once per set of values (``transposed_values``). On the
 CPU the products run in SciPy's CSR kernels and the sampled products in a compiled loop
 over the pattern: torch's own CPU CSR kernels cost several times more on these wide,
@@ -34,7 +34,7 @@ import scipy.sparse
 import torch
 from torch import Tensor
 
-from .csr_pattern import CSRPattern
+from ..sparse_pattern import CSRPattern
 
 __all__ = ["sampled_dots", "sparse_matmul", "spmm"]
 
@@ -68,7 +68,7 @@ def _scipy_indices(pattern: CSRPattern) -> tuple[np.ndarray, np.ndarray]:
              pattern.row_pointer.cpu().numpy()), shape=tuple(pattern.shape))
         return template.indptr, template.indices
 
-    return pattern._cached("scipy_indices", build)
+    return pattern.derived("scipy_indices", build)
 
 
 def _scipy_matrix(pattern: CSRPattern, values: Tensor) -> Any:

@@ -397,9 +397,10 @@ def test_user_paired_couplings_returning_bad_lengths_name_the_class(make, messag
 
 @pytest.mark.parametrize("make, message", [
     (lambda r, m: np.full((r, m), 2.5), r"_Lengths.sample_lengths returned non-integer lengths"),
-    (lambda r, m: np.zeros((m, r), int), r"_Lengths.sample_lengths returned 36 lengths \(shape \(4, 9\)\); "
-                                         r"expected .* shape \(9, 4\)"),
-    (lambda r, m: np.zeros(r * m + 1, int), r"_Lengths.sample_lengths returned 37 lengths"),
+    # The sampler asks for the lengths of one block of LENGTH_BLOCK = 64 node ids at a time.
+    (lambda r, m: np.zeros((m, r), int), r"_Lengths.sample_lengths returned 256 lengths \(shape \(4, 64\)\); "
+                                         r"expected .* shape \(64, 4\)"),
+    (lambda r, m: np.zeros(r * m + 1, int), r"_Lengths.sample_lengths returned 257 lengths"),
     (lambda r, m: [[1] * m] * r, None),
     (lambda r, m: np.full((r, m), 2.0), None),  # integer-valued floats are exact
 ])

@@ -8,7 +8,7 @@ import torch
 
 from gp_couple.couplings import AntitheticWalkLengthCoupling
 from gp_couple.features import grf as grf_module
-from gp_couple.features.grf import GraphRandomFeatures, gram_estimate
+from gp_couple.features.grf import FEATURE_KEYS, GraphRandomFeatures, gram_estimate
 from gp_couple.features.walks import sample_walks
 from gp_couple.graphs import grid_graph
 from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
@@ -98,6 +98,19 @@ def test_tensors_round_trip_and_dtypes() -> None:
         GraphRandomFeatures.from_tensors(broken, graph.num_nodes)
     with pytest.raises(ValueError, match="missing"):
         GraphRandomFeatures.from_tensors({"weights": features.weights}, graph.num_nodes)
+
+
+def test_features_carry_one_pattern_which_from_tensors_validates() -> None:
+    graph = grid_graph(4, 4)
+    features = GraphRandomFeatures.sample(graph, 4, 0.3, seed=0)
+    assert tuple(features.tensors()) == FEATURE_KEYS
+    assert features.pattern.shape == (features.num_rows, graph.num_nodes)
+    assert torch.equal(features.pattern.columns, features.columns.long())
+    assert features.to("cpu") is features
+    unsorted = features.columns.clone()
+    unsorted[:2] = unsorted[:2].flip(0)
+    with pytest.raises(ValueError, match="sorted"):
+        GraphRandomFeatures.from_tensors(dict(features.tensors(), columns=unsorted), graph.num_nodes)
 
 
 def test_start_node_subset_rows_match_full_build() -> None:

@@ -205,7 +205,8 @@ class TestErrors:
 
     @pytest.mark.parametrize("start_nodes, error, message", [
         ([0, 9], ValueError, r"\[0, 9\)"), ([[0, 1]], ValueError, "1-D"),
-        ([0.5], TypeError, "integer"), ([1, 1], ValueError, "duplicates")])
+        ([0.5], TypeError, "start_nodes must hold node indices as integers, got dtype float64"),
+        ([1, 1], ValueError, "start_nodes contains duplicate node index 1")])
     def test_bad_start_nodes(self, start_nodes, error, message) -> None:
         with pytest.raises(error, match=message):
             sample_walks(self.graph, 2, 0.5, start_nodes=start_nodes)

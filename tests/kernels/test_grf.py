@@ -394,6 +394,15 @@ def test_state_dict_round_trip_keeps_proposal_and_directions():
     assert (restored.proposal.name, restored.directions.name) == ("uniform", "independent")
 
 
+def test_the_kernel_multiplies_on_the_pattern_its_features_carry():
+    kernel = GRFKernel(GRID, num_walkers=4, p_halt=0.4, seed=1)
+    assert kernel._pattern() is kernel.features.pattern
+    kernel.resample(2)
+    assert kernel._pattern() is kernel.features.pattern
+    kernel.double()  # a rebuild from the buffers (validated) carries its own pattern too
+    assert kernel._pattern() is kernel.features.pattern
+
+
 @pytest.mark.parametrize("corrupt, message", [
     (lambda state: state.update(features_columns=state["features_columns"] + 1000), "outside"),
     (lambda state: state.update(features_row_pointer=state["features_row_pointer"].flip(0)), "row_pointer"),

@@ -94,23 +94,26 @@ def test_recommended_configuration_predicts_closer_to_the_converged_exact_gp_tha
     with grf_gp_settings():
         exact_mean = predict(exact, exact_likelihood, test, seed=0)[0].numpy()
 
-    # The previous default: 48 antithetic repelling walkers trained once, 512 sigma-coupled
-    # ones for prediction at the same p_halt.
-    previous, previous_likelihood = _fitted(GRFKernel(graph, kernel_family=Diffusion(1.0),
-                                                      nodes=np.concatenate([train, test]), seed=0),
-                                            train, targets, 200, optimizer="lbfgs")
-    previous.covar_module.base_kernel.resample_for_prediction(512, follow_range=False, seed=0,
-                                                              sigma_fit_samples=20)
-    with grf_gp_settings():
-        previous_mean = predict(previous, previous_likelihood, test, seed=0)[0].numpy()
+    def distance(mean: np.ndarray) -> float:
+        return float(np.sqrt(np.mean((mean - exact_mean) ** 2)))
 
-    recommended, recommended_likelihood = fit_grf_gp(graph, train, targets, predict_nodes=test, seed=0,
-                                                     sigma_fit_samples=20, max_train_walkers=256,
-                                                     max_predict_walkers=1024)
-    with grf_gp_settings():
-        recommended_mean = predict(recommended, recommended_likelihood, test, seed=0)[0].numpy()
-
-    previous_error = np.sqrt(np.mean((previous_mean - exact_mean) ** 2))
-    recommended_error = np.sqrt(np.mean((recommended_mean - exact_mean) ** 2))
-    # Margin: at least a halving of the distance to the exact posterior mean.
-    assert recommended_error < 0.5 * previous_error, (recommended_error, previous_error)
+    # Paired over independent walks (seeds): the previous default, 48 antithetic repelling
+    # walkers trained once and 512 sigma-coupled ones for prediction at the same p_halt,
+    # against the recipe with the same seed.
+    differences = []
+    for seed in range(3):
+        previous, previous_likelihood = _fitted(GRFKernel(graph, kernel_family=Diffusion(1.0),
+                                                          nodes=np.concatenate([train, test]), seed=seed),
+                                                train, targets, 200, optimizer="lbfgs")
+        previous.covar_module.base_kernel.resample_for_prediction(512, follow_range=False, seed=seed,
+                                                                  sigma_fit_samples=20)
+        recommended, recommended_likelihood = fit_grf_gp(graph, train, targets, predict_nodes=test, seed=seed,
+                                                         sigma_fit_samples=20, max_train_walkers=256,
+                                                         max_predict_walkers=1024)
+        with grf_gp_settings():
+            previous_error = distance(predict(previous, previous_likelihood, test, seed=0)[0].numpy())
+            recommended_error = distance(predict(recommended, recommended_likelihood, test, seed=0)[0].numpy())
+        assert recommended_error < previous_error, (seed, recommended_error, previous_error)
+        differences.append(previous_error - recommended_error)
+    # Margin: the mean improvement is at least three standard errors.
+    assert np.mean(differences) > 3 * np.std(differences, ddof=1) / np.sqrt(len(differences)), differences

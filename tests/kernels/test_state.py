@@ -153,14 +153,10 @@ def test_saved_states_of_the_current_format_load_into_fresh_kernels() -> None:
     """The files in tests/fixtures (written by make_fixtures.py) give their writer's kernel matrices."""
     from tests.fixtures import make_fixtures as fixtures
 
-    nodes = torch.arange(9, dtype=torch.float64).unsqueeze(-1)
-    points = torch.linspace(-1.0, 1.0, 10, dtype=torch.float64).reshape(5, 2)
-    cases = [(fixtures.GRF_STATE, fixtures.saved_grf_kernel, lambda: fixtures.grf_kernel(seed=1), nodes),
-             (fixtures.RFF_STATE, fixtures.saved_rff_kernel, lambda: fixtures.rff_kernel(seed=1), points)]
-    for path, writer, fresh, inputs in cases:
-        expected, loaded = writer().double(), fresh().double()
-        with torch.no_grad():
-            assert not torch.allclose(loaded(inputs).to_dense(), expected(inputs).to_dense())
-            loaded.load_state_dict(torch.load(path, weights_only=True))
-            torch.testing.assert_close(loaded(inputs).to_dense(), expected(inputs).to_dense(),
-                                       rtol=1e-12, atol=1e-12)
+    cases = [(fixtures.GRF_STATE, fixtures.GRF_MATRIX, lambda: fixtures.grf_kernel(seed=1), fixtures.GRF_INPUTS),
+             (fixtures.RFF_STATE, fixtures.RFF_MATRIX, lambda: fixtures.rff_kernel(seed=1), fixtures.RFF_INPUTS)]
+    for path, matrix, fresh, inputs in cases:
+        expected, loaded = torch.load(matrix, weights_only=True), fresh().double()
+        assert not torch.allclose(fixtures.kernel_matrix(loaded, inputs), expected)
+        loaded.load_state_dict(torch.load(path, weights_only=True))
+        torch.testing.assert_close(fixtures.kernel_matrix(loaded, inputs), expected, rtol=1e-12, atol=1e-12)

@@ -6,9 +6,9 @@ import gc
 
 import torch
 
-from gp_couple.operators import CSRPattern
+from gp_couple.sparse_pattern import CSRPattern
 
-from .mixins import random_pattern
+from .operators.mixins import random_pattern
 
 
 def test_compact_keeps_only_touched_columns_and_is_cached():
@@ -74,3 +74,11 @@ def test_joint_restricted_is_the_intersection_and_cached_per_partner():
     other = CSRPattern(torch.tensor([0, 1]), torch.tensor([0]), 30)
     (a, _), (b, _) = disjoint.joint_restricted(other)
     assert a.nnz == b.nnz == 0 and a.num_columns == 0
+
+
+def test_derived_results_are_built_once_per_key():
+    pattern = CSRPattern(torch.tensor([0, 2, 3]), torch.tensor([0, 2, 1]), 3)
+    calls = []
+    first = pattern.derived("test:list", lambda: calls.append(1) or [len(calls)])
+    assert pattern.derived("test:list", lambda: calls.append(1) or [len(calls)]) is first
+    assert calls == [1]

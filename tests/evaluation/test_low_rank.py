@@ -6,12 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from gp_couple.evaluation.posterior import (
-    GaussianPosterior,
-    gp_posterior_from_blocks,
-    low_rank_posterior,
-    posterior_kl,
-)
+from gp_couple.evaluation.low_rank import low_rank_posterior
+from gp_couple.evaluation.posterior import GaussianPosterior, gp_posterior_from_blocks, posterior_kl
 
 N_TRAIN, N_TEST, WIDTH, DRAWS, NOISE = 25, 18, 5, 3, 0.2
 

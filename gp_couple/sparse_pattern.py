@@ -1,14 +1,18 @@
-r"""The sparsity pattern of a graph-random-feature matrix, and the index arrays derived from it.
+r"""The sparsity pattern of a graph-random-feature matrix, the index arrays derived from it, and segment sums.
 
 Graph random features (paper, appendix on GRF approximation, Appendix C.1 "Constructing graph random
 features" [app:grf_approx]) give every start node a sparse feature vector :math:`\phi(v_i) \in
 \mathbb R^N` whose non-zero coordinates are the nodes its walks visited. Stacking the rows gives
 :math:`\Phi(\theta) = \sum_t f_\theta(t)\,\Phi_t`, whose *pattern* is fixed once the walks
 are sampled while its *values* follow the hyperparameters :math:`\theta`. Everything
-here depends on the pattern only, so it is computed once per pattern and cached: the
+here depends on the pattern only, so it is computed once per pattern and kept with it
+(:meth:`~gp_couple._derived.DerivedCache.derived`): the
 transposed pattern with the permutation that gathers the transposed values, and the
 *compact column space* (the columns the rows touch, relabelled :math:`0..C'-1`), in
 which products skip the :math:`N - C'` graph nodes that no walk of these rows visited.
+
+The pattern sits below the sampler in the layers, so the features carry the one pattern
+that the operators and kernels then use.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["CSRPattern", "segment_sum"]
+from ._derived import DerivedCache
+
+__all__ = ["CSRPattern", "segment_sum", "sparse_csr"]
 
 
 def _as_index(tensor: Any, name: str) -> Tensor:
@@ -35,13 +41,26 @@ def _as_index(tensor: Any, name: str) -> Tensor:
     return tensor.to(torch.int64).contiguous()
 
 
+def sparse_csr(row_pointer: Tensor, columns: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
+    """A torch CSR tensor built without invariant checks (the callers' patterns satisfy them).
+
+    :param row_pointer: Row pointer (shape ``(R + 1,)``).
+    :param columns: Column of every stored entry, sorted within rows.
+    :param values: Value of every stored entry.
+    :param size: ``(R, C)``.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
+        return torch.sparse_csr_tensor(row_pointer, columns, values, size=size, check_invariants=False)
+
+
 def segment_sum(values: Tensor, segments: Tensor, num_segments: int) -> Tensor:
     """Sum ``values[..., u]`` into ``out[..., segments[u]]`` (shape ``(*batch, num_segments)``)."""
     out = values.new_zeros(*values.shape[:-1], num_segments)
     return out.index_add(-1, segments, values)
 
 
-class CSRPattern:
+class CSRPattern(DerivedCache):
     r"""Immutable CSR sparsity pattern of an :math:`R \times C` matrix.
 
     Column indices must be sorted and distinct within each row (the pattern of
@@ -70,7 +89,6 @@ class CSRPattern:
             raise ValueError("row_pointer must have at least one entry")
         if self.row_pointer.device != self.columns.device:
             raise ValueError("row_pointer and columns must be on the same device")
-        self._cache: dict[str, Any] = {}
         if validate:
             self._validate()
 
@@ -83,8 +101,10 @@ class CSRPattern:
         if torch.any(pointer[1:] < pointer[:-1]):
             raise ValueError("row_pointer must be non-decreasing")
         if columns.numel():
-            if int(columns.min()) < 0 or int(columns.max()) >= self.num_columns:
-                raise ValueError(f"columns must lie in [0, {self.num_columns})")
+            low, high = int(columns.min()), int(columns.max())
+            if low < 0 or high >= self.num_columns:
+                raise ValueError(f"columns must lie in [0, {self.num_columns}); they run from {low} to {high}, "
+                                 "outside it")
             if torch.any(self.keys[1:] <= self.keys[:-1]):
                 raise ValueError("columns must be sorted and distinct within each row")
 
@@ -112,27 +132,22 @@ class CSRPattern:
     def __repr__(self) -> str:
         return f"CSRPattern(shape={tuple(self.shape)}, nnz={self.nnz})"
 
-    # ---------------------------------------------------------------- derived indices
-    def _cached(self, key: str, build: Any) -> Any:
-        if key not in self._cache:
-            self._cache[key] = build()
-        return self._cache[key]
-
+    # ---------------------------------------------------------------- derived indices (kept by derived())
     @property
     def row_counts(self) -> Tensor:
         """Stored entries per row (shape ``(R,)``)."""
-        return self._cached("row_counts", lambda: self.row_pointer.diff())
+        return self.derived("row_counts", lambda: self.row_pointer.diff())
 
     @property
     def row_indices(self) -> Tensor:
         """Row of every stored entry (shape ``(nnz,)``, sorted)."""
-        return self._cached("row_indices", lambda: torch.repeat_interleave(
+        return self.derived("row_indices", lambda: torch.repeat_interleave(
             torch.arange(self.num_rows, device=self.device), self.row_counts, output_size=self.nnz))
 
     @property
     def keys(self) -> Tensor:
         """Strictly increasing linear index ``row * C + column`` of every entry."""
-        return self._cached("keys", lambda: self.row_indices * self.num_columns + self.columns)
+        return self.derived("keys", lambda: self.row_indices * self.num_columns + self.columns)
 
     def transpose(self) -> tuple[CSRPattern, Tensor]:
         r"""The pattern of :math:`\Phi^\top` and the permutation of the values.
@@ -151,15 +166,15 @@ class CSRPattern:
             # Transposing twice gives back this pattern with the inverse permutation.
             inverse = torch.empty_like(permutation)
             inverse[permutation] = torch.arange(self.nnz, device=self.device)
-            pattern_t._cache["transpose"] = (self, inverse)
+            pattern_t.derived("transpose", lambda: (self, inverse))
             return pattern_t, permutation
 
-        return self._cached("transpose", build)
+        return self.derived("transpose", build)
 
     # ---------------------------------------------------------------- compact column space
     def touched_columns(self) -> Tensor:
         """The distinct columns that hold at least one entry (sorted, int64)."""
-        return self._cached("touched", lambda: torch.unique(self.columns, sorted=True))
+        return self.derived("touched", lambda: torch.unique(self.columns, sorted=True))
 
     def relabel_columns(self, space: Tensor) -> CSRPattern:
         r"""This pattern with every column ``c`` replaced by its position in ``space``.
@@ -173,9 +188,10 @@ class CSRPattern:
         columns = torch.searchsorted(space, self.columns)
         relabelled = CSRPattern(self.row_pointer, columns, space.numel(), validate=False)
         # Row-side index arrays do not depend on the column labels.
+        kept = self.__dict__.get("_derived", {})
         for key in ("row_counts", "row_indices"):
-            if key in self._cache:
-                relabelled._cache[key] = self._cache[key]
+            if key in kept:
+                relabelled.derived(key, lambda key=key: kept[key])
         return relabelled
 
     def compact(self) -> tuple[CSRPattern, Tensor]:
@@ -196,7 +212,7 @@ class CSRPattern:
                 return self, touched
             return self.relabel_columns(touched), touched
 
-        return self._cached("compact", build)
+        return self.derived("compact", build)
 
     def joint_compact(self, other: CSRPattern) -> tuple[CSRPattern, CSRPattern, Tensor]:
         r"""This pattern and ``other`` relabelled onto the union of their touched columns.
@@ -211,7 +227,7 @@ class CSRPattern:
         if other is self:
             compact, touched = self.compact()
             return compact, compact, touched
-        pairs: dict[int, Any] = self._cached("joint", dict)
+        pairs: dict[int, Any] = self.derived("joint", dict)
         hit = pairs.get(id(other))
         if hit is not None and hit[0]() is other:
             return hit[1]
@@ -253,7 +269,7 @@ class CSRPattern:
         :param other: A pattern with the same number of columns.
         :return: ``((self_r, self_slots), (other_r, other_slots))`` as in :meth:`restrict_columns`.
         """
-        pairs: dict[int, Any] = self._cached("joint_restricted", dict)
+        pairs: dict[int, Any] = self.derived("joint_restricted", dict)
         hit = pairs.get(id(other))
         if hit is not None and hit[0]() is other:
             return hit[1]
@@ -310,10 +326,7 @@ class CSRPattern:
     # ---------------------------------------------------------------- torch tensors
     def csr(self, values: Tensor) -> Tensor:
         """A torch CSR tensor with this pattern and the given 1-D values."""
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
-            return torch.sparse_csr_tensor(self.row_pointer, self.columns, values,
-                                           size=tuple(self.shape), check_invariants=False)
+        return sparse_csr(self.row_pointer, self.columns, values, tuple(self.shape))
 
     def to(self, device: torch.device | str | None = None, dtype: Any = None,
            **kwargs: Any) -> CSRPattern:

@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._files import atomic_write
+from .._files import atomic_write
+from .._nodes import node_index_array
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -66,7 +67,7 @@ def _figure(width: float, height: float) -> Figure:
     try:
         from matplotlib.figure import Figure
     except ImportError as error:  # pragma: no cover - exercised only without matplotlib
-        raise ImportError("gp_couple.plotting needs matplotlib; install the plot extra: "
+        raise ImportError("gp_couple.experiments.plotting needs matplotlib; install the plot extra: "
                           "pip install 'gp-couple[plot]' (or pip install matplotlib)") from error
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
 
@@ -88,14 +89,6 @@ def _vector(values: Any, name: str, size: int | None = None) -> np.ndarray:
     if size is not None and array.size != size:
         raise ValueError(f"{name} must have {size} values, got {array.size}")
     return array
-
-
-def _node_index(nodes: Any, name: str, size: int) -> np.ndarray:
-    index = np.asarray([] if nodes is None else nodes).astype(np.int64, copy=False).reshape(-1)
-    if index.size and (index.min() < 0 or index.max() >= size):
-        raise ValueError(f"{name} must be node indices in [0, {size}), got values in "
-                         f"[{index.min()}, {index.max()}]")
-    return index
 
 
 # --------------------------------------------------------------------------- meshes
@@ -120,7 +113,8 @@ def plot_mesh_posterior(vertices: Any, faces: Any, truth: Any, mean: Any, std: A
     :param elevation: Camera elevation in degrees.
     :param azimuth: Camera azimuth in degrees.
     :return: ``path`` as a :class:`~pathlib.Path` (a 1500 x 500 pixel PNG).
-    :raises ValueError: If the arrays' shapes disagree.
+    :raises TypeError: If ``test_faces`` are not integers.
+    :raises ValueError: If the arrays' shapes disagree or ``test_faces`` are out of range.
     """
     points = np.asarray(vertices, dtype=np.float64)
     triangles = np.asarray(faces, dtype=np.int64)
@@ -132,7 +126,8 @@ def plot_mesh_posterior(vertices: Any, faces: Any, truth: Any, mean: Any, std: A
     values = {"truth": _vector(truth, "truth", count), "posterior mean": _vector(mean, "mean", count),
               "posterior std": _vector(std, "std", count)}
     held_out = np.zeros(count, dtype=bool)
-    held_out[_node_index(test_faces, "test_faces", count)] = True
+    if test_faces is not None:
+        held_out[node_index_array(test_faces, "test_faces", count, allow_empty=True)] = True
     shared = np.concatenate([values["truth"], values["posterior mean"]])
     limits = {"truth": (shared.min(), shared.max()), "posterior mean": (shared.min(), shared.max()),
               "posterior std": (values["posterior std"].min(), values["posterior std"].max())}
@@ -197,19 +192,23 @@ def plot_traffic_map(node_lonlat: Any, edges: Any, observed_nodes: Any, observed
     :param units: Unit of the values, for the colour-bar labels.
     :param title: Figure title.
     :return: ``path`` as a :class:`~pathlib.Path` (a 1500 x 500 pixel PNG).
-    :raises ValueError: If the arrays' shapes disagree or indices are out of range.
+    :raises TypeError: If node indices are not integers.
+    :raises ValueError: If the arrays' shapes disagree or node indices are out of range.
     """
     coordinates = np.asarray(node_lonlat, dtype=np.float64)
     if coordinates.ndim != 2 or coordinates.shape[1] != 2:
         raise ValueError(f"node_lonlat must have shape (N, 2), got {coordinates.shape}")
     count = len(coordinates)
-    pairs = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-    _node_index(pairs, "edges", count)
-    sensors = _node_index(observed_nodes, "observed_nodes", count)
+    pairs = np.asarray(edges)
+    if pairs.ndim != 2 or pairs.shape[1] != 2:
+        raise ValueError(f"edges must have shape (E, 2), got {pairs.shape}")
+    pairs = node_index_array(pairs.reshape(-1), "edges", count, allow_empty=True).reshape(-1, 2)
+    sensors = node_index_array(observed_nodes, "observed_nodes", count, allow_empty=True)
     observed = _vector(observed_values, "observed_values", sensors.size)
     predicted = _vector(mean, "mean", count)
     spread = _vector(std, "std", count)
-    held_out = np.isin(sensors, _node_index(test_nodes, "test_nodes", count))
+    held_out = np.zeros(sensors.size, dtype=bool) if test_nodes is None else np.isin(
+        sensors, node_index_array(test_nodes, "test_nodes", count, allow_empty=True))
     figure = _figure(15, 5)  # first: it reports a missing matplotlib
     import matplotlib.colors
     from matplotlib.collections import LineCollection

@@ -1,0 +1,112 @@
+r"""A GRF kernel whose training rows are sharded across processes (torch.distributed).
+
+Each process samples walks only from its block of the training nodes
+(:meth:`gp_couple.distributed.Collective.shard`). Walks are keyed by their start node
+(:func:`gp_couple.features.walks.sample_walk_lengths`), so the union of the blocks is
+exactly the feature matrix one process would sample with the same seed: 1, 2 or 64
+processes train on the same walks. The training covariance is a
+:class:`~gp_couple.operators.sharded_gram.ShardedGramLinearOperator`; gpytorch's
+marginal likelihood, CG and Lanczos run on it unchanged (on replicated vectors), and
+the hyperparameter gradients that reach the walks' values are summed over the processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from linear_operator.operators import LinearOperator
+from torch import Tensor
+
+from ..distributed import Collective
+from ..graphs import Graph
+from ..operators.sharded_gram import ShardedGramLinearOperator, SharedColumns
+from ..sparse_pattern import CSRPattern
+from .grf import GRFKernel
+
+__all__ = ["ShardedGRFKernel"]
+
+
+class ShardedGRFKernel(GRFKernel):
+    r"""GRF kernel on the training nodes, each process holding the walks of its block of them.
+
+    It evaluates the training covariance only (``x1 = x2 =`` the training nodes, the
+    input of training); predict with :class:`gp_couple.streaming.StreamedPredictor`,
+    which samples prediction walks chunk by chunk from this kernel's configuration.
+
+    :param graph: The graph (every process loads it).
+    :param train_nodes: All training nodes, sorted and distinct (the same on every process).
+    :param collective: The processes (default: the default process group, or this process alone).
+    :param kwargs: Walk configuration and hyperparameters, as for :class:`~gp_couple.kernels.grf.GRFKernel`
+        (``num_walkers``, ``p_halt``, ``coupling``, ``kernel_family``, ``seed``, ...; not ``nodes``
+        or ``batch_shape``).
+    :raises ValueError: If ``train_nodes`` is not sorted and distinct, has fewer nodes than
+        processes, or differs between processes.
+    """
+
+    def __init__(self, graph: Graph, train_nodes: Any, *, collective: Collective | None = None,
+                 **kwargs: Any) -> None:
+        for name in ("nodes", "batch_shape"):
+            if name in kwargs:
+                raise TypeError(f"ShardedGRFKernel takes no {name!r}: its rows are its block of train_nodes")
+        collective = Collective() if collective is None else collective
+        train = np.asarray(train_nodes)
+        if train.ndim != 1 or not np.issubdtype(train.dtype, np.integer) or train.size == 0:
+            raise ValueError("train_nodes must be a non-empty 1-D array of integer node indices")
+        if np.any(np.diff(train) <= 0):
+            raise ValueError("train_nodes must be sorted and distinct (the rows are sharded in this order)")
+        if train.size < collective.size:
+            raise ValueError(f"{train.size} training nodes cannot be shared by {collective.size} processes")
+        collective.check_same("train_nodes", train)
+        super().__init__(graph, nodes=train[collective.shard(train.size)], **kwargs)
+        self.collective = collective
+        self.register_buffer("train_nodes", torch.as_tensor(train, dtype=torch.int64), persistent=False)
+
+    def _gram_error_candidates(self) -> np.ndarray:
+        # All training nodes, so that every process estimates the same error and makes the same choice.
+        return self.train_nodes.cpu().numpy()
+
+    def check_covered(self, index: Tensor, name: str = "nodes") -> None:
+        """Accept the training nodes only (this process holds walks for its block of them).
+
+        :raises ValueError: For any other nodes.
+        """
+        if not torch.equal(index.to(self.train_nodes.device), self.train_nodes):
+            raise ValueError(f"{name}: a ShardedGRFKernel is evaluated at its train_nodes only, in order; "
+                             "predict with gp_couple.streaming.StreamedPredictor")
+
+    def _compact_layout(self) -> tuple[CSRPattern, SharedColumns]:
+        """This process's pattern on the nodes its walks touch, and where those meet other processes' nodes."""
+        def build() -> tuple[CSRPattern, SharedColumns]:
+            columns = self.features_columns
+            touched = torch.unique(columns)
+            every, counts = torch.unique(torch.cat(self.collective.all_gather(touched)), return_counts=True)
+            shared = every[counts > 1]
+            slot = torch.searchsorted(shared, touched).clamp_(max=max(shared.numel() - 1, 0))
+            hit = shared[slot] == touched if shared.numel() else torch.zeros_like(touched, dtype=torch.bool)
+            layout = SharedColumns(positions=torch.nonzero(hit).reshape(-1), slots=slot[hit],
+                                   num_shared=shared.numel(), num_touched=every.numel())
+            pattern = CSRPattern(self.features_row_pointer, torch.searchsorted(touched, columns), touched.numel(),
+                                 validate=False)
+            return pattern, layout
+
+        return self._cached("compact_layout", build)
+
+    def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, last_dim_is_batch: bool = False,
+                **params: Any) -> LinearOperator | Tensor:
+        self._check_forward_args(last_dim_is_batch)
+        for name, x in (("x1", x1), ("x2", x2)):
+            self.check_covered(self.node_indices(x, name), name)
+        values = self.feature_values()
+        if values.ndim != 1:
+            raise ValueError("a ShardedGRFKernel has no hyperparameter batches")
+        pattern, shared = self._compact_layout()
+        gram = ShardedGramLinearOperator(values, pattern=pattern, shared=shared,
+                                         rows=self.collective.shard(self.train_nodes.numel()),
+                                         num_rows=self.train_nodes.numel(), collective=self.collective)
+        return gram._diagonal() if diag else gram
+
+    def hyperparameters_to_reduce(self) -> list[torch.nn.Parameter]:
+        """The parameters whose gradients each process computes in part (those of the kernel family)."""
+        return list(self.kernel_family.parameters())
