@@ -89,10 +89,22 @@ def grf_worker(options: dict[str, Any], out: str) -> None:
     mark = time.perf_counter()
     predictor = StreamedPredictor(model, likelihood, collective=collective, target_offset=offset, target_scale=scale)
     timings["training_side"] = time.perf_counter() - mark
-    if options["predict_subset"]:
+    for subset in options["predict_subset"]:
         mark = time.perf_counter()
-        predictor.predict_all(np.arange(options["predict_subset"]), chunk_size=options["chunk_size"])
-        timings["predict_subset"] = time.perf_counter() - mark
+        predictor.predict_all(np.arange(subset), chunk_size=options["chunk_size"])
+        timings[f"predict_first_{subset}"] = time.perf_counter() - mark
+        # A partial record, kept if the run over every node is cut short.
+        partial = {"rank": collective.rank, "timings_s": dict(timings), "peak_rss_gb": _peak_rss_gb(),
+                   "predict_walkers": kernel.num_walkers, "predict_p_halt": kernel.p_halt}
+        Path(out + ".partial").write_text(json.dumps(partial))
+    if options["subset_only"]:
+        Path(out).write_text(json.dumps({"rank": collective.rank, "timings_s": timings, "peak_rss_gb": _peak_rss_gb(),
+                                         "predict_walkers": kernel.num_walkers, "predict_p_halt": kernel.p_halt,
+                                         "training_shared_nodes": int(shared.num_shared),
+                                         "training_touched_nodes": int(shared.num_touched),
+                                         "bytes_communicated": collective.bytes_communicated,
+                                         "gram_product_bytes_per_column": int(product_bytes)}))
+        return
     path = Path(options["folder"]) / "predictions.npy"
     mark = time.perf_counter()
     predictor.write(path, chunk_size=options["chunk_size"])
@@ -153,22 +165,24 @@ def rff_worker(options: dict[str, Any], out: str) -> None:
 
 def launch(part: str, processes: int, options: dict[str, Any]) -> list[dict[str, Any]]:
     """Run ``part`` on ``processes`` fresh processes under torchrun; every process's JSON."""
-    with tempfile.TemporaryDirectory() as folder:
-        options = {**options, "folder": folder}
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
-                   "--master-port", str(29500 + processes), __file__, "--worker", part, json.dumps(options)]
-        threads = str(max(1, options["cpus"] // processes))
-        env = {**os.environ, "OMP_NUM_THREADS": threads, "NUMBA_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-               "OPENBLAS_NUM_THREADS": threads, "PYTHONPATH": str(REPO)}
-        started = time.perf_counter()
-        completed = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - started
-        if completed.returncode:
-            return [{"error": completed.stderr[-4000:]}]
-        results = [json.loads(Path(folder, f"rank{rank}.json").read_text()) for rank in range(processes)]
-        for result in results:
-            result["launcher_wall_s"] = wall
-        return results
+    # Kept after the run (its path is printed): a cut-off run leaves its partial records there.
+    folder = tempfile.mkdtemp(prefix=f"bench_distributed_{part}_{processes}_")
+    print(f"{part}: {processes} process(es), files in {folder}", file=sys.stderr, flush=True)
+    options = {**options, "folder": folder}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
+               "--master-port", str(29500 + processes), __file__, "--worker", part, json.dumps(options)]
+    threads = str(max(1, options["cpus"] // processes))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "NUMBA_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+           "OPENBLAS_NUM_THREADS": threads, "PYTHONPATH": str(REPO)}
+    started = time.perf_counter()
+    completed = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if completed.returncode:
+        return [{"error": completed.stderr[-4000:]}]
+    results = [json.loads(Path(folder, f"rank{rank}.json").read_text()) for rank in range(processes)]
+    for result in results:
+        result["launcher_wall_s"] = wall
+    return results
 
 
 def worker_main(part: str, options_json: str) -> None:
@@ -192,7 +206,10 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--predict-walkers", type=int, default=None)
     parser.add_argument("--max-predict-walkers", type=int, default=1024)
-    parser.add_argument("--predict-subset", type=int, default=0)
+    parser.add_argument("--predict-subset", type=int, nargs="*", default=[],
+                        help="also time the prediction of the first K nodes, for each K")
+    parser.add_argument("--subset-only", action="store_true",
+                        help="time only the --predict-subset predictions, not the file of every node")
     parser.add_argument("--chunk-size", type=int, default=8192)
     parser.add_argument("--points", type=int, default=10_000_000)
     parser.add_argument("--dims", type=int, default=8)
@@ -206,7 +223,6 @@ def main() -> None:
                               "options": options, "runs": []}
     for part in args.parts:
         for processes in args.processes:
-            print(f"{part}: {processes} process(es)", file=sys.stderr, flush=True)
             report["runs"].append({"part": part, "processes": processes, "ranks": launch(part, processes, options)})
             if args.json_out:
                 Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)

@@ -261,7 +261,7 @@ def _merge_halves(first: Any, second: Any) -> tuple[Any, Any]:
     """
     import torch
 
-    from gp_couple.features.grf import GraphRandomFeatures
+    from gp_couple.features.graph_random_features import GraphRandomFeatures
 
     num_nodes = first.num_nodes
     parts = []
@@ -272,18 +272,18 @@ def _merge_halves(first: Any, second: Any) -> tuple[Any, Any]:
     rows, columns, steps = (torch.cat([part[i] for part in parts]) for i in range(3))
     weights = torch.cat([part[3] for part in parts])
     signs = torch.cat([torch.full_like(part[3], part[4]) for part in parts])
-    num_steps = int(steps.max()) + 1
-    keys, inverse = torch.unique((rows * num_nodes + columns) * num_steps + steps, return_inverse=True)
+    num_terms = int(steps.max()) + 1
+    keys, inverse = torch.unique((rows * num_nodes + columns) * num_terms + steps, return_inverse=True)
     plus = torch.zeros(keys.numel(), dtype=weights.dtype).index_add_(0, inverse, weights)
     minus = torch.zeros(keys.numel(), dtype=weights.dtype).index_add_(0, inverse, weights * signs)
-    slots, slot_of_entry = torch.unique(keys // num_steps, return_inverse=True)
+    slots, slot_of_entry = torch.unique(keys // num_terms, return_inverse=True)
     slot_pointer = torch.zeros(slots.numel() + 1, dtype=torch.int64)
     slot_pointer[1:] = torch.bincount(slot_of_entry, minlength=slots.numel()).cumsum(0)
     row_pointer = torch.zeros(first.num_rows + 1, dtype=torch.int64)
     row_pointer[1:] = torch.bincount(slots // num_nodes, minlength=first.num_rows).cumsum(0)
     merged = GraphRandomFeatures.from_tensors(
         {"start_nodes": first.start_nodes, "row_pointer": row_pointer, "columns": slots % num_nodes,
-         "slot_pointer": slot_pointer, "steps": keys % num_steps, "weights": plus}, num_nodes)
+         "slot_pointer": slot_pointer, "steps": keys % num_terms, "weights": plus}, num_nodes)
     return merged, minus
 
 
@@ -303,17 +303,17 @@ def split_diagonal_kernel(kernel: Any) -> Any:
     import torch
     from linear_operator.operators import DiagLinearOperator
 
-    from gp_couple.features.grf import GraphRandomFeatures
-    from gp_couple.kernels.grf import GRFKernel
+    from gp_couple.features.graph_random_features import GraphRandomFeatures
+    from gp_couple.kernels.grf_kernel import GRFKernel
     from gp_couple.sparse_pattern import segment_sum, sparse_csr
 
     class SplitDiagonalGRFKernel(GRFKernel):
         def correction(self, nodes: torch.Tensor) -> torch.Tensor:
             features = self._features()
-            f = self.kernel_family.modulation(features.num_steps)[..., :features.num_steps].to(self.minus_weights.dtype)
+            f = self.kernel_family.modulation(features.num_terms)[..., :features.num_terms].to(self.minus_weights.dtype)
             steps = sparse_csr(features.slot_pointer, features.steps, self.minus_weights,
-                               (features.nnz, features.num_steps))
-            values = (steps @ f.reshape(-1, features.num_steps).T).T.reshape(*f.shape[:-1], features.nnz)
+                               (features.nnz, features.num_terms))
+            values = (steps @ f.reshape(-1, features.num_terms).T).T.reshape(*f.shape[:-1], features.nnz)
             pattern = self._pattern()
             return segment_sum(values.square(), pattern.row_indices, pattern.num_rows)[..., self.rows(nodes)]
 
@@ -352,14 +352,14 @@ def _predictive_on_subset(model: Any, likelihood: Any, train: np.ndarray, nodes:
     import torch
 
     from gp_couple.evaluation.posterior import gp_posterior_from_blocks
-    from gp_couple.kernels.grf import GRFKernel
+    from gp_couple.kernels.grf_kernel import GRFKernel
 
     base = model.covar_module.base_kernel
     outputscale = float(model.covar_module.outputscale)
     with torch.no_grad():
         if isinstance(base, GRFKernel):
             features = base.features
-            phi = features.scipy_feature_matrix(base.kernel_family.modulation(features.num_steps).double())
+            phi = features.scipy_feature_matrix(base.kernel_family.modulation(features.num_terms).double())
             left = phi[base.rows(torch.as_tensor(train)).numpy()]
             right = phi[base.rows(torch.as_tensor(nodes)).numpy()]
             blocks = [outputscale * (a @ b.T).toarray() for a, b in ((left, left), (right, left), (right, right))]

@@ -43,7 +43,7 @@ from gp_couple.exact import exact_kernel_matrix  # noqa: E402
 from gp_couple.experiments._couplings import walk_length_couplings  # noqa: E402
 from gp_couple.experiments._report import summarize  # noqa: E402
 from gp_couple.experiments.exact_baseline import kernel_family_at  # noqa: E402
-from gp_couple.features.grf import GraphRandomFeatures  # noqa: E402
+from gp_couple.features.graph_random_features import GraphRandomFeatures  # noqa: E402
 from gp_couple.features.sigma_fit import fit_sigma_coupling  # noqa: E402
 from gp_couple.halting import DEFAULT_MAX_INFLATION, halting_inflation, suggest_p_halt  # noqa: E402
 
@@ -56,7 +56,7 @@ def gram_errors(graph: Any, exact: np.ndarray, family: Any, walkers: int, p_halt
         for _ in range(repeats):
             features = GraphRandomFeatures.sample(graph, walkers, p_halt, coupling, seed=rng,
                                                   dtype=torch.float64, directions=directions)
-            f = family.modulation(features.num_steps).reshape(-1)
+            f = family.modulation(features.num_terms).reshape(-1)
             phi = features.scipy_feature_matrix(f).toarray()
             errors.append(relative_frobenius_error(exact, phi @ phi.T))
             steps = features.num_entries

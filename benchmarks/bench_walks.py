@@ -79,7 +79,7 @@ def measure_proposals(spec: str, p_halt: float, walkers: int, max_length: int, r
                       sigma: float) -> dict[str, Any]:
     from gp_couple.couplings import IIDWalkLengthCoupling
     from gp_couple.couplings.proposals import get_proposal
-    from gp_couple.features import _walk_kernels as kernels
+    from gp_couple.features import _walk_compiled as compiled
 
     graph = _weighted_graph(spec, sigma)
     starts = np.arange(graph.num_nodes, dtype=np.int64)
@@ -95,9 +95,9 @@ def measure_proposals(spec: str, p_halt: float, walkers: int, max_length: int, r
         tables = get_proposal(proposal).tables(graph)
         for directions, repelling in (("independent", False), ("repelling", True)):
             def run(tables=tables, repelling=repelling) -> None:
-                kernels.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+                compiled.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
                                   tables.choice_degrees, starts, lengths, 7, 1.0 / (1.0 - p_halt),
-                                  1.0 / walkers, repelling, indptr, *outputs)
+                                  1.0 / walkers, repelling, indptr, *outputs, compiled.pool_size())
 
             run()  # compile / load from the numba cache, touch the outputs
             variants[f"{proposal}_{directions}"] = run
@@ -160,18 +160,18 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
 
     from gp_couple.couplings import IIDWalkLengthCoupling
     from gp_couple.couplings.proposals import get_proposal
-    from gp_couple.features import _walk_kernels as kernels
-    from gp_couple.features.grf import GraphRandomFeatures
+    from gp_couple.features import _walk_compiled as compiled
+    from gp_couple.features.graph_random_features import GraphRandomFeatures
     from gp_couple.features.walks import walk_with_lengths
 
     dtype = getattr(torch, dtype_name)
     graph = _graph(spec)
     starts = np.arange(graph.num_nodes, dtype=np.int64)
-    # Warm-up: load compiled kernels from the numba cache.
+    # Warm-up: load the compiled loops from the numba cache.
     GraphRandomFeatures.sample(graph, 2, p_halt, seed=0, start_nodes=starts[:10])
     walk_with_lengths(graph, np.ones((10, 2), dtype=np.int64), p_halt, start_nodes=starts[:10])
     sink = np.empty(10, dtype=np.int64)
-    kernels.gather_ceiling(graph.indptr, graph.indices, graph.degrees, starts[:10],
+    compiled.gather_ceiling(graph.indptr, graph.indices, graph.degrees, starts[:10],
                            np.ones((10, 2), dtype=np.int64), 1, sink)
     lengths = np.minimum(IIDWalkLengthCoupling().sample_lengths(graph.num_nodes, walkers, p_halt, seed=1), max_length)
     steps = int(lengths.sum())
@@ -188,7 +188,7 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
         return min(times)
 
     sink = np.empty(graph.num_nodes, dtype=np.int64)
-    ceiling = best_of(lambda: kernels.gather_ceiling(graph.indptr, graph.indices, graph.degrees,
+    ceiling = best_of(lambda: compiled.gather_ceiling(graph.indptr, graph.indices, graph.degrees,
                                                       starts, lengths, 7, sink))
     # The sampler kernel writing into output buffers that were allocated and touched
     # once, like the ceiling's sink: first-touch page faults of a fresh ~200 MB output
@@ -198,7 +198,7 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
     outputs = (np.zeros(int(indptr[-1]), dtype=graph.indices.dtype), np.zeros(int(indptr[-1]), dtype=np.uint16),
                np.zeros(int(indptr[-1]), dtype=np.float64))
     tables = get_proposal("uniform").tables(graph)
-    sample = best_of(lambda: kernels.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+    sample = best_of(lambda: compiled.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
                                                tables.choice_degrees, starts, lengths, 7, 1.0 / (1.0 - p_halt),
                                                1.0 / walkers, False, indptr, *outputs))
     sample_api = best_of(lambda: walk_with_lengths(graph, lengths, p_halt, seed=7))
@@ -214,7 +214,7 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
     build_peak = peak_increase(baseline)
     result.update(build_cold_s=build_cold, build_peak_gb=build_peak, features_gb=features.nbytes() / 1e9,
                   feature_entries=features.num_entries, feature_nnz=features.nnz,
-                  num_steps=features.num_steps)
+                  num_terms=features.num_terms)
     del features
     result["build_warm_s"] = best_of(lambda: GraphRandomFeatures.sample(
         graph, walkers, p_halt, seed=3, max_length=max_length, dtype=dtype))

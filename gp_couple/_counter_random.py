@@ -1,4 +1,4 @@
-"""Counter-based random numbers for compiled (numba) kernels.
+"""Counter-based random numbers for compiled (numba) loops.
 
 A stream is a SplitMix64 sequence keyed by ``(seed, counter)``: stream ``c`` of seed
 ``s`` never depends on which other streams are drawn, in which order, or on how many

@@ -99,11 +99,11 @@ def _check_kernel(kernel_family: KernelFamily) -> KernelFamily:
 
 
 class _SquaredModulation:
-    r""":math:`\log f(t)^2` of a kernel, computed once per length and reused for every :math:`p`."""
+    r""":math:`\log f(t)^2` of a kernel family, computed once per length and reused for every :math:`p`."""
 
     def __init__(self, kernel_family: KernelFamily) -> None:
         # float64 copy: f(t)^2 spans hundreds of orders of magnitude for long-range kernels.
-        self._kernel = deepcopy(kernel_family).double()
+        self._family = deepcopy(kernel_family).double()
         self._values = np.empty(0)
 
     def first(self, num_terms: int) -> np.ndarray:
@@ -111,7 +111,7 @@ class _SquaredModulation:
         # evaluation serves every shorter request (the generic square root is O(T^2)).
         if self._values.size < num_terms:
             with torch.no_grad():
-                f = self._kernel.modulation(num_terms).reshape(-1).cpu().numpy()
+                f = self._family.modulation(num_terms).reshape(-1).cpu().numpy()
             with np.errstate(divide="ignore"):
                 self._values = 2.0 * np.log(np.abs(f))
         return self._values[:num_terms]

@@ -305,7 +305,13 @@ class Diffusion(KernelFamily):
     r"""Diffusion (heat) kernel
     :math:`\exp(-\gamma^2 \widetilde{\mathbf L}) = e^{-\gamma^2}\exp(\gamma^2 \widetilde{\mathbf W})`.
 
-    Closed-form modulation (NOTES.md, "Modulation for the diffusion kernel"):
+    This is the kernel :math:`\kappa\exp(-\gamma^2\widetilde{\mathbf L})` of the GRF-GP experiments
+    (Appendix F.2 "Scalable GPs on graphs", paragraph "Training GRF-GPs: technical details"
+    [app:grf_gp_details]) without its amplitude :math:`\kappa`; Table 4's
+    :math:`\exp(-\sigma^2\mathbf L/2)` (Appendix C.1 [tab:taylor_expansions]) with
+    :math:`\sigma^2 = 2\gamma^2`. Its modulation has a closed form, the convolutional square
+    root of the coefficients (Appendix C.1 "Constructing graph random features"
+    [app:grf_approx]; :math:`\sum_p f(p) f(k-p) = \alpha_k` by the binomial theorem):
 
     .. math::
 
@@ -363,7 +369,9 @@ class RegularisedLaplacian(KernelFamily):
     r"""Regularised Laplacian :math:`(\mathbf I + \sigma^2 \widetilde{\mathbf L})^{-d}` (Table 4,
     Appendix C.1 [tab:taylor_expansions]).
 
-    On the normalised Laplacian (NOTES.md, "Regularised Laplacian"):
+    On the normalised Laplacian (Appendix F.1 "More results for Gram matrix estimation"
+    [app:more_grf_results] writes :math:`(\mathbf I - \sigma^2\widetilde{\mathbf L})^{-2}` with
+    :math:`\sigma = 1`, which is singular; it is read as the table's form):
     :math:`(\mathbf I + \sigma^2\widetilde{\mathbf L})^{-d}
     = (1 + \sigma^2)^{-d}(\mathbf I - c\widetilde{\mathbf W})^{-d}`
     with :math:`c = \sigma^2/(1 + \sigma^2) < 1`, so
@@ -670,14 +678,14 @@ def _check_positive_semidefinite(alpha: np.ndarray) -> None:
             "eigenvalues of the normalised adjacency fill [-1, 1]; g must be >= 0 there")
 
 
-def get_kernel_family(kernel: str | KernelFamily, **hyperparameters: Any) -> KernelFamily:
+def get_kernel_family(family: str | KernelFamily, **hyperparameters: Any) -> KernelFamily:
     """Resolve a family name (``diffusion``, ``regularised-laplacian``, ``p-step``, ``inverse-cosine``,
     ``power-series``, or a user's registered one) to an instance.
 
-    :param kernel: A name in :data:`KERNEL_FAMILIES`, or an instance (returned as is).
+    :param family: A name in :data:`KERNEL_FAMILIES`, or an instance (returned as is).
     :param hyperparameters: Constructor arguments of the named family.
     :raises ValueError: For an unknown name, hyperparameters with an instance, or hyperparameters
         the named family does not take.
-    :raises TypeError: If ``kernel`` is neither a str nor a :class:`KernelFamily`.
+    :raises TypeError: If ``family`` is neither a str nor a :class:`KernelFamily`.
     """
-    return KERNEL_FAMILIES.resolve(kernel, KernelFamily, "kernel", **hyperparameters)
+    return KERNEL_FAMILIES.resolve(family, KernelFamily, "family", **hyperparameters)

@@ -328,7 +328,7 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
     below ``variance_tolerance`` on larger ones, with gpytorch's mean (a CG solve under its
     settings). The estimate comes back with them (:attr:`Prediction.estimate`). Caches of an
     earlier prediction are dropped if any parameter or buffer changed since (e.g. after
-    :meth:`~gp_couple.kernels.grf.GRFKernel.resample`).
+    :meth:`~gp_couple.kernels.grf_kernel.GRFKernel.resample`).
 
     :param model: A trained :class:`GraphGP` (or any ExactGP on node-index inputs).
     :param likelihood: ``model.likelihood``.

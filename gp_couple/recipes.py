@@ -13,15 +13,15 @@ hyperparameters as training moves them. :func:`fit_grf_gp`
    default) with ``train_walkers`` walkers per node (antithetic lengths, repelling
    directions, :math:`p_\mathrm{halt} = 0.1`);
 2. then, phase after phase, lowers :math:`p_\mathrm{halt}` to what the learnt range needs
-   (:meth:`~gp_couple.kernels.grf.GRFKernel.halting_for_range`) and raises the walker count
+   (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.halting_for_range`) and raises the walker count
    until the estimated relative Gram error at the learnt hyperparameters
-   (:meth:`~gp_couple.kernels.grf.GRFKernel.estimate_gram_error`, two independent draws)
+   (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.estimate_gram_error`, two independent draws)
    is within ``train_tolerance``, redraws the walks and trains to convergence again from
    where it stopped, until the walks no longer change (more walkers, or a termination
    probability lower by a fifth);
 3. fits a :math:`\sigma`-coupling (paper, definition of coupled GRFs) for the learnt kernel
    and redraws as many prediction walkers as a relative Gram error of
-   ``predict_tolerance`` needs (:meth:`~gp_couple.kernels.grf.GRFKernel.resample_for_prediction`).
+   ``predict_tolerance`` needs (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.resample_for_prediction`).
 
 The cost follows the range the data support: short-range kernels keep the first walks,
 long-range ones get longer walks and more walkers. ``benchmarks/RESULTS.md`` has the
@@ -43,7 +43,7 @@ from ._random import SeedLike, draw_seed
 from .devices import resolve_device
 from .graphs import Graph
 from .kernel_families import Diffusion, KernelFamily
-from .kernels.grf import MAX_PREDICT_WALKERS, PREDICT_GRAM_TOLERANCE, TRAIN_P_HALT, TRAIN_WALKERS, GRFKernel
+from .kernels.grf_kernel import MAX_PREDICT_WALKERS, PREDICT_GRAM_TOLERANCE, TRAIN_P_HALT, TRAIN_WALKERS, GRFKernel
 from .models import GraphGP, fit_gp
 from .optimize import Convergence
 from .settings import grf_gp_settings

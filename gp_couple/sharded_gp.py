@@ -18,8 +18,8 @@ What is replicated and what is sharded (``docs/scaling_out.rst`` has the measure
   process touch (the boundaries between the blocks of sorted training nodes).
 
 The walk configuration is fixed during training (the recipe's first phase:
-:data:`~gp_couple.kernels.grf.TRAIN_WALKERS` antithetic, repelling walkers at
-:math:`p_\mathrm{halt} =` :data:`~gp_couple.kernels.grf.TRAIN_P_HALT`); the prediction
+:data:`~gp_couple.kernels.grf_kernel.TRAIN_WALKERS` antithetic, repelling walkers at
+:math:`p_\mathrm{halt} =` :data:`~gp_couple.kernels.grf_kernel.TRAIN_P_HALT`); the prediction
 walkers are chosen afterwards, identically on every process.
 """
 
@@ -37,7 +37,7 @@ from .devices import resolve_device
 from .distributed import Collective
 from .graphs import Graph
 from .kernel_families import Diffusion, KernelFamily
-from .kernels.grf import TRAIN_P_HALT, TRAIN_WALKERS
+from .kernels.grf_kernel import TRAIN_P_HALT, TRAIN_WALKERS
 from .kernels.sharded_grf import ShardedGRFKernel
 from .models import GraphGP, fit_gp
 from .optimize import Convergence, TrainingHistory
@@ -57,7 +57,7 @@ def fit_sharded_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, co
 
     Call it in every process with the same arguments (checked). One process gives the
     same model as :func:`gp_couple.models.fit_gp` on a
-    :class:`~gp_couple.kernels.grf.GRFKernel` with the same walks; more processes give
+    :class:`~gp_couple.kernels.grf_kernel.GRFKernel` with the same walks; more processes give
     the same losses and hyperparameters up to the rounding of the reductions.
 
     :param graph: The graph (loaded by every process).

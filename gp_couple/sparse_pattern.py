@@ -36,7 +36,7 @@ def _as_index(tensor: Any, name: str) -> Tensor:
         raise TypeError(f"{name} must be an integer tensor, got dtype {tensor.dtype}")
     if tensor.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(tensor.shape)}")
-    # int64 indices: torch's CPU CSR kernels are one to two orders of magnitude slower
+    # int64 indices: torch's CPU CSR routines are one to two orders of magnitude slower
     # with int32 indices (measured with torch 2.13), and gathers need int64 anyway.
     return tensor.to(torch.int64).contiguous()
 
@@ -64,7 +64,7 @@ class CSRPattern(DerivedCache):
     r"""Immutable CSR sparsity pattern of an :math:`R \times C` matrix.
 
     Column indices must be sorted and distinct within each row (the pattern of
-    :class:`~gp_couple.features.grf.GraphRandomFeatures` is). Derived index arrays (the
+    :class:`~gp_couple.features.graph_random_features.GraphRandomFeatures` is). Derived index arrays (the
     row of every stored entry, the linear keys, the transposed pattern, the compact
     column space) are computed on first use and cached, so one pattern object shared by
     many operators (e.g. one per training iteration) computes them once.

@@ -48,7 +48,7 @@ from ._checks import check_int
 from ._files import PathLike, atomic_write, check_output_file
 from ._nodes import node_index_array
 from .distributed import Collective
-from .kernels.grf import GRFKernel
+from .kernels.grf_kernel import GRFKernel
 from .predictive_variance import DENSE_VARIANCE_SIZE
 from .progress import progress
 
@@ -56,6 +56,8 @@ __all__ = ["DEFAULT_CHUNK_SIZE", "StreamedPredictor"]
 
 #: Prediction nodes whose walks are sampled at once.
 DEFAULT_CHUNK_SIZE = 4096
+#: Training rows of the covariance formed at once.
+_GRAM_BLOCK = 512
 
 
 @njit(parallel=True, cache=True)
@@ -105,9 +107,9 @@ class StreamedPredictor:
     or :meth:`write` the predictions at every node (or any set) to a ``.npy`` file.
 
     :param model: A trained :class:`~gp_couple.models.GraphGP` whose covariance is a
-        :class:`~gp_couple.kernels.grf.GRFKernel` (or a ``ScaleKernel`` of one), with a
+        :class:`~gp_couple.kernels.grf_kernel.GRFKernel` (or a ``ScaleKernel`` of one), with a
         ``ZeroMean`` or ``ConstantMean``; prediction walks follow the kernel's current
-        configuration and seed (call :meth:`~gp_couple.kernels.grf.GRFKernel.resample_for_prediction`
+        configuration and seed (call :meth:`~gp_couple.kernels.grf_kernel.GRFKernel.resample_for_prediction`
         first for the recommended σ-coupled walkers).
     :param likelihood: Its :class:`gpytorch.likelihoods.GaussianLikelihood`.
     :param collective: The processes sharing the prediction nodes (default: the default
@@ -143,8 +145,12 @@ class StreamedPredictor:
         self.touched = np.unique(features.indices)
         features = self._restricted(features)
         self.train_features = features
-        # One n x n buffer: the covariance, factorised and then inverted in place (LAPACK potrf, potri).
-        precision = (features @ features.T).toarray()
+        # One n x n buffer: the covariance (filled by row blocks, so the sparse product never
+        # exists whole), factorised and then inverted in place (LAPACK potrf, potri).
+        precision = np.empty((train.size, train.size))
+        transposed = features.T.tocsr()
+        for start in range(0, train.size, _GRAM_BLOCK):
+            precision[start:start + _GRAM_BLOCK] = (features[start:start + _GRAM_BLOCK] @ transposed).toarray()
         precision *= self.outputscale
         precision[np.diag_indices_from(precision)] += self.noise
         factor, info = scipy.linalg.lapack.dpotrf(precision, lower=True, overwrite_a=True, clean=False)
@@ -164,7 +170,7 @@ class StreamedPredictor:
     def _features(self, nodes: np.ndarray) -> sp.csr_matrix:
         """:math:`\\Phi` of ``nodes`` (float64 CSR over all graph nodes), from the kernel's walk configuration."""
         features = self.kernel.sample_features(nodes, torch.float64)
-        modulation = self.kernel.kernel_family.modulation(features.num_steps)
+        modulation = self.kernel.kernel_family.modulation(features.num_terms)
         return features.scipy_feature_matrix(modulation.reshape(-1, modulation.shape[-1])[0])
 
     def _restricted(self, features: sp.csr_matrix) -> sp.csr_matrix:

@@ -29,8 +29,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("datasets", ("datasets.*",)),
     ("kernel families", ("kernel_families",)),
     ("couplings", ("couplings.*",)),
-    ("walks", ("features._walk_kernels", "features.walks", "pagerank", "halting")),
-    ("features", ("features.grf", "features.fourier", "features.sigma_fit", "features")),
+    ("walks", ("features._walk_compiled", "features.walks", "pagerank", "halting")),
+    ("features", ("features.graph_random_features", "features.fourier", "features.sigma_fit", "features")),
     ("operators", ("operators.*", "exact")),
     ("kernels", ("kernels.*",)),
     ("models", ("predictive_variance", "models", "variational", "recipes", "streaming", "sharded_gp",
@@ -129,22 +129,22 @@ def test_no_module_imports_downstream() -> None:
     ("from .walk_lengths import SigmaCoupling", ["couplings.walk_lengths"]),
     ("from .. import graphs", ["graphs"]),
     ("from ..graphs import Graph", ["graphs"]),
-    ("import gp_couple.kernels.grf", ["kernels.grf"]),
+    ("import gp_couple.kernels.grf_kernel", ["kernels.grf_kernel"]),
     ("import numpy\nfrom scipy import sparse", []),
     ("def f():\n    from ..operators import chebyshev\n", ["operators.chebyshev"]),
     ("importlib.import_module('gp_couple.features.sigma_fit')", ["features.sigma_fit"]),
 ])
 def test_imports_are_resolved_relative_to_the_module(source: str, expected: list[str]) -> None:
-    assert [name for _, name in imported_modules(source, "couplings.sigma_fit")] == expected
+    assert [name for _, name in imported_modules(source, "couplings.sigma_matching")] == expected
 
 
 def test_the_check_catches_backward_imports() -> None:
     # The two this test was written for: a coupling module sampling walks, and the
     # datasets taking the Erdos-Renyi builder from the sigma fit.
     lazy_sampler = "def fit():\n    from ..features.walks import walk_with_lengths\n"
-    assert downstream_imports(lazy_sampler, "couplings.sigma_fit") == [
-        "line 2: couplings.sigma_fit (couplings) imports features.walks (walks)"]
-    builder = "from ..couplings.sigma_fit import default_fitting_graph"
+    assert downstream_imports(lazy_sampler, "couplings.sigma_matching") == [
+        "line 2: couplings.sigma_matching (couplings) imports features.walks (walks)"]
+    builder = "from ..couplings.sigma_matching import default_fitting_graph"
     assert len(downstream_imports(builder, "datasets.graph_specs")) == 1
     assert downstream_imports("from ..graphs import Graph", "datasets.graph_specs") == []
     assert downstream_imports("from .. import couplings", "graphs") != []

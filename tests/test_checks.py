@@ -14,7 +14,7 @@ from gp_couple.couplings.walk_lengths import (
 )
 from gp_couple.datasets import split_test_nodes, traffic_split
 from gp_couple.experiments.graph_gp import GraphGPProtocol
-from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.graph_random_features import GraphRandomFeatures
 from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.features.walks import sample_walk_endpoints, sample_walk_lengths, sample_walks, walk_with_lengths
 from gp_couple.graphs import erdos_renyi_graph, grid_graph

@@ -219,7 +219,7 @@ def test_state_dict_round_trips_across_devices(device: torch.device, direction: 
 
 def test_scipy_feature_matrix_of_features_on_the_device(device: torch.device) -> None:
     kernel = GRFKernel(GRAPH, num_walkers=4, p_halt=0.3, seed=0).double()
-    modulation = kernel.kernel_family.modulation(kernel.features.num_steps).detach()
+    modulation = kernel.kernel_family.modulation(kernel.features.num_terms).detach()
     expected = kernel.features.scipy_feature_matrix(modulation)
     kernel.to(device)
     matrix = kernel.features.scipy_feature_matrix(modulation.to(device))

@@ -227,7 +227,7 @@ def test_erdos_renyi_validates_its_arguments(args, error, message) -> None:
 
 
 def test_erdos_renyi_graph_and_its_spec() -> None:
-    from gp_couple.couplings.sigma_fit import default_fitting_graph
+    from gp_couple.couplings.sigma_matching import default_fitting_graph
     from gp_couple.datasets.graph_specs import resolve_graph
     from gp_couple.graphs import erdos_renyi_graph
 

@@ -142,7 +142,7 @@ def test_convolutional_sqrt_is_stable_for_fast_growing_series() -> None:
     (lambda: Diffusion(1.0).modulation(2.0), TypeError, "num_terms"),
     (lambda: convolutional_sqrt(torch.tensor([-1.0, 1.0])), ValueError, "zeroth"),
     (lambda: get_kernel_family("heat"), ValueError, "unknown"),
-    (lambda: get_kernel_family(3), TypeError, "kernel"),
+    (lambda: get_kernel_family(3), TypeError, "family must be a str or KernelFamily"),
 ])
 def test_errors(build, error, message) -> None:
     with pytest.raises(error, match=message):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gp_couple import Diffusion, GraphGP, GRFKernel, grf_gp_settings, predict
-from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.graph_random_features import GraphRandomFeatures
 from gp_couple.graphs import grid_graph
 from gp_couple.streaming import StreamedPredictor
 

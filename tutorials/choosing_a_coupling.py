@@ -41,7 +41,7 @@ from gp_couple import Diffusion, Graph
 from gp_couple.evaluation import relative_frobenius_error
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.experiments.plotting import plot_metric_bars, plot_metric_curves
-from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.graph_random_features import GraphRandomFeatures
 from gp_couple.features.sigma_fit import fit_sigma_coupling
 
 parser = argparse.ArgumentParser(description="Choose a coupling, proposal and walker budget for a graph.")
@@ -67,9 +67,9 @@ for u, v in geometric.edges:
     geometric.edges[u, v]["weight"] = float(np.exp(-(distance * np.sqrt(nodes)) ** 2))
 graph = Graph.from_networkx(geometric, weight="weight")
 print(graph)
-kernel = Diffusion(gamma=1.0).double()
+family = Diffusion(gamma=1.0).double()
 with torch.no_grad():
-    exact = exact_kernel_matrix(kernel, graph).numpy()  # affordable here; the point of GRFs is not to need it
+    exact = exact_kernel_matrix(family, graph).numpy()  # affordable here; the point of GRFs is not to need it
 
 
 def measure(label: str, walkers: int = WALKERS, **options) -> dict:
@@ -79,7 +79,7 @@ def measure(label: str, walkers: int = WALKERS, **options) -> dict:
         start = time.perf_counter()
         features = GraphRandomFeatures.sample(graph, walkers, P_HALT, seed=seed, dtype=torch.float64, **options)
         with torch.no_grad():
-            phi = features.scipy_feature_matrix(kernel.modulation(features.num_steps).reshape(-1))
+            phi = features.scipy_feature_matrix(family.modulation(features.num_terms).reshape(-1))
         seconds.append(time.perf_counter() - start)
         errors.append(relative_frobenius_error(exact, phi @ phi.T))
     errors = np.asarray(errors)
@@ -118,7 +118,7 @@ print(f"  -> proposal: {proposal}")
 # The sigma-coupling is fitted for this kernel and p_halt on a small Erdős–Rényi graph
 # (a one-off cost, reported below; save it with .save() and reuse it).
 start = time.perf_counter()
-sigma = fit_sigma_coupling(kernel, P_HALT, order=30, samples_per_bin=20 if args.quick else 100, seed=0)
+sigma = fit_sigma_coupling(family, P_HALT, order=30, samples_per_bin=20 if args.quick else 100, seed=0)
 print(f"3. length coupling (sigma fitted in {time.perf_counter() - start:.1f} s):")
 by_coupling = {"iid": uniform if proposal == "uniform" else weighted}
 for name, coupling in (("antithetic", "antithetic"), ("sigma", sigma)):

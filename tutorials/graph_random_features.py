@@ -40,7 +40,7 @@ from gp_couple.couplings import (
 from gp_couple.evaluation import relative_frobenius_error
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.experiments.plotting import plot_gram_error_vs_p_halt, plot_metric_curves
-from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.graph_random_features import GraphRandomFeatures
 from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.kernel_families import RegularisedLaplacian
 
@@ -65,9 +65,9 @@ print(graph)
 # experiments; like every kernel in gp_couple it is a power series sum_k alpha_k A~^k in
 # the normalised adjacency A~. The exact matrix needs an eigendecomposition: fine for
 # 77 nodes, impossible for a million, which is why we estimate it.
-kernel = RegularisedLaplacian(sigma=1.0, degree=2).double()
+family = RegularisedLaplacian(sigma=1.0, degree=2).double()
 with torch.no_grad():
-    exact = exact_kernel_matrix(kernel, graph).numpy()
+    exact = exact_kernel_matrix(family, graph).numpy()
 
 
 # A GRF estimate is Phi Phi^T, where row i of Phi sums, over m random walks from node i,
@@ -77,7 +77,7 @@ def gram_error(coupling, walkers: int, p_halt: float, seed: int) -> float:
     """Relative Frobenius error ||K - Phi Phi^T||_F / ||K||_F of one GRF estimate."""
     features = GraphRandomFeatures.sample(graph, walkers, p_halt, coupling, seed=seed, dtype=torch.float64)
     with torch.no_grad():
-        f = kernel.modulation(features.num_steps).reshape(-1)  # the modulation function f(t)
+        f = family.modulation(features.num_terms).reshape(-1)  # the modulation function f(t)
     phi = features.scipy_feature_matrix(f)
     return relative_frobenius_error(exact, phi @ phi.T)
 
@@ -98,7 +98,7 @@ def summary(values: list[float]) -> dict[str, float]:
 # assignment problem on a small Erdős–Rényi graph, so it transfers to any graph).
 rows, permutations = [], []
 for p_halt in (0.3, 0.5):
-    sigma = fit_sigma_coupling(kernel, p_halt=p_halt, order=30, samples_per_bin=fit_samples, seed=0)
+    sigma = fit_sigma_coupling(family, p_halt=p_halt, order=30, samples_per_bin=fit_samples, seed=0)
     permutations.append({"p_halt": p_halt, "permutation": sigma.permutation.tolist()})
     for name, coupling in [("iid", IIDWalkLengthCoupling()), ("antithetic", AntitheticWalkLengthCoupling()),
                            ("sigma", sigma)]:

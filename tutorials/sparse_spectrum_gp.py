@@ -103,7 +103,7 @@ def split_and_standardise(x: np.ndarray, y: np.ndarray, seed: int) -> tuple[torc
 # %%
 # 3. Training, prediction and the Gram-matrix error
 # -------------------------------------------------
-def train(model: SparseSpectrumGP, steps: int, learning_rate: float) -> tuple[float, list[float]]:
+def train(model: SparseSpectrumGP, iterations: int, learning_rate: float) -> tuple[float, list[float]]:
     """Type-II maximum likelihood with Adam; returns the seconds it took and the losses."""
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
@@ -111,7 +111,7 @@ def train(model: SparseSpectrumGP, steps: int, learning_rate: float) -> tuple[fl
     x, y = model.train_inputs[0], model.train_targets
     start = time.perf_counter()
     losses = []
-    for _ in range(steps):
+    for _ in range(iterations):
         optimizer.zero_grad()
         loss = -mll(model(x), y)  # Woodbury identity: O(N m^2), never an N x N matrix
         loss.backward()
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float | str]]:
     parser.add_argument("--data-dir", default=None, help="data directory (default $GP_COUPLE_DATA)")
     parser.add_argument("--couplings", nargs="+", default=["iid", "orthogonal", "pnc"])
     parser.add_argument("--num-features", type=int, default=None, help="frequencies m (default 2d)")
-    parser.add_argument("--steps", type=int, default=300, help="Adam steps")
+    parser.add_argument("--iterations", type=int, default=300, help="Adam steps")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--num-points", type=int, default=2000, help="synthetic dataset size")
     parser.add_argument("--seed", type=int, default=0)
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float | str]]:
                         help="tiny settings for a smoke run (also: GP_COUPLE_TUTORIAL_QUICK=1)")
     args = parser.parse_args(argv)
     if args.quick or os.environ.get("GP_COUPLE_TUTORIAL_QUICK") == "1":
-        args.steps, args.num_points = 5, 200
+        args.iterations, args.num_points = 5, 200
     if args.dataset is None:
         has_data = args.data_dir is not None or os.environ.get("GP_COUPLE_DATA")
         args.dataset = "boston" if has_data and not args.quick else "synthetic"
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float | str]]:
     for coupling in args.couplings:
         torch.manual_seed(args.seed)
         model = SparseSpectrumGP(x_train, y_train, num_features, coupling, seed=args.seed).double()
-        seconds, curves[coupling] = train(model, args.steps, args.lr)
+        seconds, curves[coupling] = train(model, args.iterations, args.lr)
         model.eval()
         with torch.no_grad():
             predictive = model.likelihood(model(x_test))  # LinearPredictionStrategy: O(m^2) per point

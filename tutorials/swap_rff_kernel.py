@@ -47,13 +47,13 @@ parser.add_argument("--data-dir", default=os.environ.get("GP_COUPLE_DATA", "../s
                     help="data directory holding uci/ (default $GP_COUPLE_DATA or ../shared/datasets)")
 parser.add_argument("--num-features", type=int, default=64, help="random frequencies m (default %(default)s)")
 parser.add_argument("--train-points", type=int, default=2000, help="training points (default %(default)s)")
-parser.add_argument("--steps", type=int, default=150, help="Adam steps (default %(default)s)")
+parser.add_argument("--iterations", type=int, default=150, help="Adam steps (default %(default)s)")
 parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
 parser.add_argument("--output", type=Path, default=Path("tutorial_figures/swap_rff_kernel"),
                     help="folder for the figures (default %(default)s)")
 args = parser.parse_args()
 if args.quick:
-    args.train_points, args.steps, args.num_features = 200, 5, 16
+    args.train_points, args.iterations, args.num_features = 200, 5, 16
 
 # %%
 # Data: a random train/test split, standardised with training statistics
@@ -105,7 +105,7 @@ def train_and_evaluate(model: RegressionGP) -> dict[str, float | list[float]]:
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
     model.train()
     losses, start = [], time.perf_counter()
-    for _ in range(args.steps):
+    for _ in range(args.iterations):
         optimizer.zero_grad()
         loss = -mll(model(x_train), y_train)
         loss.backward()

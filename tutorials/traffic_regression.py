@@ -54,11 +54,11 @@ iterations, walkers = (5, 8) if args.quick else (300, 64)
 # lengths (a longer segment is a weaker link).
 data = load_traffic(args.data_dir)
 graph = data.graph
-train_index, test_index = traffic_split(data.observed_nodes.size, 250, 75, seed=0)
-train_nodes, test_nodes = data.observed_nodes[train_index], data.observed_nodes[test_index]
-shift, scale = data.speeds[train_index].mean(), data.speeds[train_index].std()
-y_train = torch.as_tensor((data.speeds[train_index] - shift) / scale)
-y_test = data.speeds[test_index]
+train_positions, test_positions = traffic_split(data.observed_nodes.size, 250, 75, seed=0)
+train_nodes, test_nodes = data.observed_nodes[train_positions], data.observed_nodes[test_positions]
+shift, scale = data.speeds[train_positions].mean(), data.speeds[train_positions].std()
+y_train = torch.as_tensor((data.speeds[train_positions] - shift) / scale)
+y_test = data.speeds[test_positions]
 print(f"{graph.num_nodes} road nodes, {graph.num_edges} edges, {data.observed_nodes.size} sensors: "
       f"{train_nodes.size} train / {test_nodes.size} test; mean speed {shift:.1f} mph (sd {scale:.1f})")
 

@@ -46,7 +46,7 @@ from torch import Tensor
 from torch.distributions import Distribution
 
 from ..graphs import Graph
-from ..kernels.grf import GRFKernel
+from ..kernels.grf_kernel import GRFKernel
 from ..kernels.random_features import CoupledRFFKernel, CoupledRLFKernel
 from .priors import check_support
 

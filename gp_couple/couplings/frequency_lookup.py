@@ -33,10 +33,8 @@ def get_frequency_coupling(coupling: str | FrequencyCoupling, *,
     :raises ValueError: For an unknown name (listing the known ones) or a missing ``dim``.
     :raises TypeError: If ``coupling`` is neither a str nor a coupling.
     """
-    if isinstance(coupling, FrequencyCoupling):
-        return coupling
     if not isinstance(coupling, str):
-        raise TypeError(f"coupling must be a str or FrequencyCoupling, got {type(coupling).__name__}")
+        return FREQUENCY_COUPLINGS.resolve(coupling, FrequencyCoupling, "coupling")
     spec = coupling.strip()
     if spec not in FREQUENCY_COUPLINGS:
         spec = spec.lower()
@@ -46,15 +44,14 @@ def get_frequency_coupling(coupling: str | FrequencyCoupling, *,
         antithetic = FREQUENCY_COUPLINGS.get("antithetic")
         return antithetic(get_frequency_coupling(spec[: -len(ANTITHETIC_SUFFIX)], dim=dim))
     if spec not in FREQUENCY_COUPLINGS:
-        raise ValueError(f"unknown frequency coupling {coupling!r}; choose from "
-                         f"{list(FREQUENCY_COUPLINGS.names())} (optionally with '+antithetic') "
-                         "or pass a FrequencyCoupling")
-    cls = FREQUENCY_COUPLINGS.get(spec)
-    if "dim" in inspect.signature(cls).parameters:
+        raise FREQUENCY_COUPLINGS.unknown_name_error(
+            coupling, f" (optionally with {ANTITHETIC_SUFFIX!r}) or pass a FrequencyCoupling")
+    arguments: dict[str, Any] = {}
+    if "dim" in inspect.signature(FREQUENCY_COUPLINGS.get(spec)).parameters:
         if dim is None:
             raise ValueError(f"the {spec} coupling needs dim (the input dimension)")
-        return cls(dim=dim)  # type: ignore[call-arg]
-    return cls()
+        arguments["dim"] = dim
+    return FREQUENCY_COUPLINGS.resolve(spec, FrequencyCoupling, "coupling", **arguments)
 
 
 def frequency_coupling_from_dict(data: dict[str, Any]) -> FrequencyCoupling:

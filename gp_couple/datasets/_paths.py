@@ -321,7 +321,7 @@ def random_split(num_items: int, num_train: int, num_test: int,
     :param num_train: Size of the training set.
     :param num_test: Size of the test set (``num_train + num_test <= num_items``).
     :param seed: Seed, converted with :func:`gp_couple._random.as_numpy_generator`.
-    :return: ``(train_index, test_index)``.
+    :return: ``(train, test)``: the training and test items.
     """
     permutation = as_numpy_generator(seed).permutation(num_items).astype(np.int64)
     test = np.sort(permutation[:num_test])

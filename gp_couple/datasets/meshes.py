@@ -316,7 +316,7 @@ def split_test_nodes(num_nodes: int, seed: SeedLike) -> tuple[np.ndarray, np.nda
     :param num_nodes: Number of nodes :math:`N` (at least 20, so the test set is non-empty).
     :param seed: Seed (int, numpy/torch generator or ``None``); the same int gives the
         same split.
-    :return: ``(train_index, test_index)``: disjoint, sorted int64 arrays covering
+    :return: ``(train_nodes, test_nodes)``: disjoint, sorted int64 arrays covering
         ``range(num_nodes)``, of sizes :math:`N - \lfloor N/20 \rfloor` and
         :math:`\lfloor N/20 \rfloor`.
     :raises TypeError: If ``num_nodes`` is not an int.

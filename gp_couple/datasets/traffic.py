@@ -152,7 +152,7 @@ def traffic_split(num_observed: int = NUM_OBSERVED, num_train: int = 250, num_te
     :param num_test: Size of the test set.
     :param seed: Seed (int, numpy/torch generator or ``None``), keyword-only; the same int
         gives the same split.
-    :return: ``(train_index, test_index)``: disjoint sorted int64 arrays.
+    :return: ``(train_positions, test_positions)``: disjoint sorted int64 arrays of positions.
     :raises TypeError: If a count is not an int.
     :raises ValueError: If a size is not positive or ``num_train + num_test > num_observed``.
     """

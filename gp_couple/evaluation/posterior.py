@@ -138,7 +138,7 @@ def gp_posterior_from_blocks(train_train: Any, test_train: Any, test_test: Any, 
     return GaussianPosterior(mean=k_pd @ conditioning.weights, covariance=0.5 * (covariance + covariance.T))
 
 
-def gp_posterior(gram: Any, train_index: Any, test_index: Any, train_targets: Any,
+def gp_posterior(gram: Any, train_nodes: Any, test_nodes: Any, train_targets: Any,
                  noise_variance: float, *, include_noise: bool = True) -> GaussianPosterior:
     """Zero-mean GP posterior from a Gram matrix over all points.
 
@@ -148,15 +148,15 @@ def gp_posterior(gram: Any, train_index: Any, test_index: Any, train_targets: An
     :param gram: Gram matrix over all points (N x N): array, tensor, scipy sparse, a
         linear operator, a gpytorch kernel on node indices or a trained ExactGP (its
         kernel; see :func:`gp_couple.evaluation.sources.gram_source`).
-    :param train_index: Integer indices of the training points.
-    :param test_index: Integer indices of the test points.
-    :param train_targets: Targets at ``train_index``.
+    :param train_nodes: Integer indices of the training points.
+    :param test_nodes: Integer indices of the test points.
+    :param train_targets: Targets at ``train_nodes``.
     :param noise_variance: Likelihood noise variance.
     :param include_noise: See :func:`gp_posterior_from_blocks`.
     """
     source = gram_source(gram)
-    train = node_index_array(train_index, "train_index", source.size, allow_empty=True)
-    test = node_index_array(test_index, "test_index", source.size, allow_empty=True)
+    train = node_index_array(train_nodes, "train_nodes", source.size, allow_empty=True)
+    test = node_index_array(test_nodes, "test_nodes", source.size, allow_empty=True)
     return gp_posterior_from_blocks(source.block(train, train), source.block(test, train),
                                     source.block(test, test), train_targets, noise_variance,
                                     include_noise=include_noise)

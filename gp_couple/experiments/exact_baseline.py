@@ -56,7 +56,7 @@ _CONVERGENCE = Convergence(loss_tolerance=1e-10, parameter_tolerance=1e-6)
 class ExactFit:
     """The exact GP's maximum-likelihood hyperparameters (best of the restarts).
 
-    :ivar kernel: Kernel family name.
+    :ivar family_name: Kernel family name.
     :ivar hyperparameters: The family's hyperparameters (e.g. ``{"gamma": 8.06}``).
     :ivar outputscale: :math:`\\kappa`.
     :ivar noise: :math:`\\sigma_n^2` (standardised units).
@@ -64,7 +64,7 @@ class ExactFit:
     :ivar restarts: Per restart: the starting value and where it ended.
     """
 
-    kernel: str
+    family_name: str
     hyperparameters: dict[str, Any]
     outputscale: float
     noise: float
@@ -76,18 +76,18 @@ class ExactFit:
         return asdict(self)
 
 
-def kernel_family_at(kernel: str, hyperparameters: dict[str, Any]) -> KernelFamily:
-    """A float64 kernel of family ``kernel`` with exactly these hyperparameter values.
+def kernel_family_at(family_name: str, hyperparameters: dict[str, Any]) -> KernelFamily:
+    """The float64 kernel family ``family_name`` with exactly these hyperparameter values.
 
     Values are set after the conversion to float64, so they are not rounded to float32.
     """
-    family = get_kernel_family(kernel).double()
+    family = get_kernel_family(family_name).double()
     for name, value in hyperparameters.items():
         setattr(family, name, value)
     return family
 
 
-def fit_exact_gp(graph: Graph, kernel: str, train_nodes: np.ndarray, train_targets: np.ndarray, *,
+def fit_exact_gp(graph: Graph, family_name: str, train_nodes: np.ndarray, train_targets: np.ndarray, *,
                  initial_values: Sequence[float] | None = None) -> ExactFit:
     r"""Fit :math:`\kappa`, the kernel's hyperparameters and :math:`\sigma_n^2` by exact maximum likelihood.
 
@@ -97,7 +97,7 @@ def fit_exact_gp(graph: Graph, kernel: str, train_nodes: np.ndarray, train_targe
     own gpytorch constraints, and :math:`\kappa, \sigma_n^2` through their logarithms.
 
     :param graph: The graph (dense eigendecomposition: a few thousand nodes at most).
-    :param kernel: ``"diffusion"``, ``"regularised-laplacian"`` or ``"p-step"``.
+    :param family_name: ``"diffusion"``, ``"regularised-laplacian"`` or ``"p-step"``.
     :param train_nodes: Training node indices.
     :param train_targets: Their (standardised) targets.
     :param initial_values: Starting values of the range hyperparameter (default: the
@@ -105,23 +105,23 @@ def fit_exact_gp(graph: Graph, kernel: str, train_nodes: np.ndarray, train_targe
     :return: The best fit and every restart's outcome.
     :raises ValueError: For an unknown family or when every restart fails.
     """
-    if kernel not in RANGE_HYPERPARAMETERS:
-        raise ValueError(f"kernel must be one of {sorted(RANGE_HYPERPARAMETERS)}, got {kernel!r}")
-    name, defaults = RANGE_HYPERPARAMETERS[kernel]
+    if family_name not in RANGE_HYPERPARAMETERS:
+        raise ValueError(f"family_name must be one of {sorted(RANGE_HYPERPARAMETERS)}, got {family_name!r}")
+    name, defaults = RANGE_HYPERPARAMETERS[family_name]
     starts = tuple(defaults if initial_values is None else initial_values)
     eigenvalues, eigenvectors = normalized_adjacency_eigh(graph)
     basis = eigenvectors[torch.as_tensor(np.asarray(train_nodes, dtype=np.int64))]
     targets = torch.as_tensor(np.asarray(train_targets, dtype=np.float64))
     restarts, best = [], None
     for start in starts:
-        outcome = _lbfgs_restart(kernel, {name: float(start)}, eigenvalues, basis, targets)
+        outcome = _lbfgs_restart(family_name, {name: float(start)}, eigenvalues, basis, targets)
         restarts.append({f"initial_{name}": float(start), **outcome})
         if math.isfinite(outcome["negative_log_likelihood"]) and (
                 best is None or outcome["negative_log_likelihood"] < best["negative_log_likelihood"]):
             best = outcome
     if best is None:
-        raise ValueError(f"every exact-GP restart failed for the {kernel} kernel: {restarts}")
-    return ExactFit(kernel=kernel, hyperparameters=best["hyperparameters"], outputscale=best["outputscale"],
+        raise ValueError(f"every exact-GP restart failed for the {family_name} kernel: {restarts}")
+    return ExactFit(family_name=family_name, hyperparameters=best["hyperparameters"], outputscale=best["outputscale"],
                     noise=best["noise"], negative_log_likelihood=best["negative_log_likelihood"],
                     restarts=restarts)
 
@@ -157,9 +157,9 @@ def _cholesky(covariance: torch.Tensor) -> torch.Tensor | None:
     return None if bool(info) else factor
 
 
-def _lbfgs_restart(kernel: str, start: dict[str, float], eigenvalues: torch.Tensor, basis: torch.Tensor,
+def _lbfgs_restart(family_name: str, start: dict[str, float], eigenvalues: torch.Tensor, basis: torch.Tensor,
                    targets: torch.Tensor) -> dict[str, Any]:
-    family = kernel_family_at(kernel, start)
+    family = kernel_family_at(family_name, start)
     # log-parameterised: maximum-likelihood amplitudes span 10^-1 to 10^5 (a regularised
     # Laplacian with a large sigma is tiny), far beyond what L-BFGS's box allows softplus.
     log_scale = torch.nn.Parameter(torch.tensor(math.log(_INITIAL_OUTPUTSCALE), dtype=torch.float64))

@@ -88,7 +88,7 @@ class GraphGPProtocol:
     initial_gamma: float = 1.0
     #: Kernel family (:func:`gp_couple.kernel_families.get_kernel_family`); training starts
     #: from the family's default hyperparameters (``initial_gamma`` for the diffusion).
-    kernel: str = "diffusion"
+    family_name: str = "diffusion"
     #: Direction coupling of the training walkers (the paper's: independent).
     train_directions: str = "independent"
     seed: int = 0
@@ -114,7 +114,7 @@ class GraphGPProtocol:
         check_p_halt(self.p_halt)
         if self.train_optimizer not in OPTIMIZERS:
             raise ValueError(f"train_optimizer must be one of {list(OPTIMIZERS)}, got {self.train_optimizer!r}")
-        get_kernel_family(self.kernel)
+        get_kernel_family(self.family_name)
         get_direction_coupling(self.train_directions)
         resolve_device(self.device)
 
@@ -125,7 +125,7 @@ class TrainedHyperparameters:
 
     outputscale: float
     #: Kernel family and its hyperparameters (e.g. ``{"gamma": 8.0}`` for the diffusion).
-    kernel: str
+    family_name: str
     hyperparameters: dict[str, Any]
     noise: float
     final_loss: float
@@ -142,10 +142,10 @@ def train_model(graph: Graph, train_nodes: np.ndarray, train_targets: np.ndarray
         nodes only) and its hyperparameters.
     """
     start = time.perf_counter()
-    initial = {"gamma": protocol.initial_gamma} if protocol.kernel == "diffusion" else {}
+    initial = {"gamma": protocol.initial_gamma} if protocol.family_name == "diffusion" else {}
     kernel = gpytorch.kernels.ScaleKernel(GRFKernel(
         graph, num_walkers=protocol.train_walkers, p_halt=protocol.p_halt, coupling="iid",
-        kernel_family=get_kernel_family(protocol.kernel, **initial), seed=protocol.seed, nodes=train_nodes,
+        kernel_family=get_kernel_family(protocol.family_name, **initial), seed=protocol.seed, nodes=train_nodes,
         proposal=protocol.proposal, directions=protocol.train_directions)).to(resolve_device(protocol.device))
     likelihood = gpytorch.likelihoods.GaussianLikelihood().to(resolve_device(protocol.device))
     model = GraphGP(torch.as_tensor(train_nodes), torch.as_tensor(train_targets, dtype=torch.float32),
@@ -154,7 +154,7 @@ def train_model(graph: Graph, train_nodes: np.ndarray, train_targets: np.ndarray
         losses = fit_gp(model, likelihood, iterations=protocol.train_iterations, lr=protocol.learning_rate,
                         optimizer=protocol.train_optimizer, seed=protocol.seed)
     return model, TrainedHyperparameters(
-        outputscale=float(kernel.outputscale.detach()), kernel=protocol.kernel,
+        outputscale=float(kernel.outputscale.detach()), family_name=protocol.family_name,
         hyperparameters=kernel.base_kernel.kernel_family.hyperparameters(),
         noise=float(likelihood.noise.detach()),
         final_loss=float(losses[-1]) if losses else float("nan"),

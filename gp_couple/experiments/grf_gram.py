@@ -23,33 +23,33 @@ from ..couplings.walk_lengths import SigmaCoupling
 from ..datasets.graph_specs import resolve_graph
 from ..evaluation import relative_frobenius_error
 from ..exact import exact_kernel_matrix
-from ..features.grf import GraphRandomFeatures, gram_estimate
+from ..features.graph_random_features import GraphRandomFeatures, gram_estimate
 from ..features.sigma_fit import fit_sigma_coupling
 from ..kernel_families import Diffusion, KernelFamily, RegularisedLaplacian
 from ..progress import progress
 from ._couplings import walk_length_couplings, with_direction_labels
-from ._options import GRF_GRAM_KERNELS as KERNELS
+from ._options import GRF_GRAM_KERNELS
 from ._report import add_ratio_to_baseline, figure_folder, log_figures, summarize
 
 
-def build_kernel(name: str, args: argparse.Namespace) -> KernelFamily:
-    """The experiment's kernel: 2-regularised Laplacian with sigma = 1 (Appendix F.1 "More results
+def build_family(family_name: str, args: argparse.Namespace) -> KernelFamily:
+    """The experiment's kernel family: 2-regularised Laplacian with sigma = 1 (Appendix F.1 "More results
     for Gram matrix estimation" [app:more_grf_results]) or diffusion."""
-    if name == "regularised-laplacian":
+    if family_name == "regularised-laplacian":
         return RegularisedLaplacian(sigma=args.sigma, degree=args.degree)
-    if name == "diffusion":
+    if family_name == "diffusion":
         return Diffusion(gamma=args.gamma)
-    raise ValueError(f"unknown kernel {name!r}; choose from {KERNELS}")
+    raise ValueError(f"unknown kernel family {family_name!r}; choose from {GRF_GRAM_KERNELS}")
 
 
-def fitted_sigma(kernel: KernelFamily, p_halt: float, args: argparse.Namespace) -> SigmaCoupling:
-    """A σ-coupling fitted for this kernel and p_halt on ER(100) (saved as JSON if asked)."""
-    coupling = fit_sigma_coupling(kernel, p_halt, args.order, samples_per_bin=args.fit_samples,
+def fitted_sigma(kernel_family: KernelFamily, p_halt: float, args: argparse.Namespace) -> SigmaCoupling:
+    """A σ-coupling fitted for this kernel family and p_halt on ER(100) (saved as JSON if asked)."""
+    coupling = fit_sigma_coupling(kernel_family, p_halt, args.order, samples_per_bin=args.fit_samples,
                                   seed=args.seed)
     if args.save_couplings:
         directory = Path(args.save_couplings)
         directory.mkdir(parents=True, exist_ok=True)
-        coupling.save(directory / f"sigma_{kernel.__class__.__name__}_p{p_halt:g}_n{args.order}.json")
+        coupling.save(directory / f"sigma_{kernel_family.__class__.__name__}_p{p_halt:g}_n{args.order}.json")
     return coupling
 
 
@@ -62,15 +62,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     graph = resolve_graph(args.graph, args.data_dir, largest_component=args.largest_component)
     results: list[dict[str, Any]] = []
     permutations: list[dict[str, Any]] = []
-    for kernel_name in args.kernels:
-        kernel = build_kernel(kernel_name, args)
+    for family_name in args.kernels:
+        family = build_family(family_name, args)
         with torch.no_grad():
-            exact = exact_kernel_matrix(kernel, graph).numpy()
+            exact = exact_kernel_matrix(family, graph).numpy()
         for p_halt in args.p_halt:
             couplings = walk_length_couplings(
-                args.couplings, lambda: fitted_sigma(kernel, p_halt, args))  # noqa: B023 - called in this iteration
+                args.couplings, lambda: fitted_sigma(family, p_halt, args))  # noqa: B023 - called in this iteration
             if isinstance(couplings.get(SigmaCoupling.name), SigmaCoupling):
-                permutations.append({"kernel": kernel_name, "p_halt": p_halt,
+                permutations.append({"kernel": family_name, "p_halt": p_halt,
                                      "permutation": couplings[SigmaCoupling.name].permutation.tolist()})
             for walkers in args.walkers:
                 rows = []
@@ -84,10 +84,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             dtype=torch.float64, proposal=args.proposal, directions=directions)
                             for offset in range(2 if args.two_sets else 1)]
                         with torch.no_grad():
-                            f = kernel.modulation(max(g.num_steps for g in sets)).reshape(-1)
+                            f = family.modulation(max(g.num_terms for g in sets)).reshape(-1)
                         estimate = gram_estimate(sets[0], f.double(), sets[1] if args.two_sets else None)
                         errors.append(relative_frobenius_error(exact, estimate))
-                    rows.append({"kernel": kernel_name, "p_halt": p_halt, "walkers": walkers,
+                    rows.append({"kernel": family_name, "p_halt": p_halt, "walkers": walkers,
                                  "coupling": coupling_name, "directions": directions,
                                  "error": summarize(errors)})
                 add_ratio_to_baseline(rows, "error")

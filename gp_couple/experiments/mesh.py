@@ -27,7 +27,7 @@ def protocol_from_args(args: argparse.Namespace, **overrides: Any) -> GraphGPPro
         learning_rate=args.lr, walkers=tuple(args.walkers), couplings=tuple(args.couplings),
         proposal=args.proposal, directions=tuple(args.directions),
         p_halt=args.p_halt, sigma_order=args.order, sigma_fit_samples=args.fit_samples,
-        repeats=args.repeats, seed=args.seed, kernel=args.kernel, train_directions=args.train_directions,
+        repeats=args.repeats, seed=args.seed, family_name=args.kernel, train_directions=args.train_directions,
         device=args.device)
     return GraphGPProtocol(**(settings | overrides))
 

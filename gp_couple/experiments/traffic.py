@@ -56,11 +56,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     exact_fit = fit_exact_gp(data.graph, args.kernel, train_nodes, standardised[train_nodes],
                              initial_values=args.exact_starts)
-    exact_kernel = kernel_family_at(args.kernel, exact_fit.hyperparameters)
+    exact_family = kernel_family_at(args.kernel, exact_fit.hyperparameters)
     exact_ml = {**exact_fit.to_dict(), **exact_predictions(
-        data.graph, exact_kernel, exact_fit.outputscale, exact_fit.noise, train_nodes, test_nodes,
+        data.graph, exact_family, exact_fit.outputscale, exact_fit.noise, train_nodes, test_nodes,
         standardised, shift, scale)}
-    suggested = suggest_p_halt(exact_kernel, max_inflation=args.max_inflation)
+    suggested = suggest_p_halt(exact_family, max_inflation=args.max_inflation)
     p_halt = suggested if args.p_halt == "auto" else args.p_halt
 
     report = run_protocol(data.graph, targets, train_nodes, test_nodes, protocol_from_args(args, p_halt=p_halt),
@@ -68,14 +68,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if folder is not None:
         log_figures(traffic_figures(data, test_nodes, report, folder))
     trained = report["trained"]
-    trained_kernel = kernel_family_at(trained["kernel"], trained["hyperparameters"])
+    trained_family = kernel_family_at(trained["family_name"], trained["hyperparameters"])
     report.update(experiment="traffic", dataset=data.name, exact_ml=exact_ml, target_scale=scale, p_halt={
         "used": p_halt, "choice": "auto" if args.p_halt == "auto" else "given",
         "max_inflation": args.max_inflation,
         "suggested_for_exact_ml": suggested,
-        "suggested_for_trained": suggest_p_halt(trained_kernel, max_inflation=args.max_inflation),
-        "halting_inflation_at_exact_ml": halting_inflation(exact_kernel, p_halt),
-        "halting_inflation_at_trained": halting_inflation(trained_kernel, p_halt)})
+        "suggested_for_trained": suggest_p_halt(trained_family, max_inflation=args.max_inflation),
+        "halting_inflation_at_exact_ml": halting_inflation(exact_family, p_halt),
+        "halting_inflation_at_trained": halting_inflation(trained_family, p_halt)})
     report["notes"] += [
         "speeds in mph; test_nlpd per test point in mph units (subtract log(target_scale) for "
         "standardised units)",

@@ -48,7 +48,7 @@ from ..evaluation import rmse
 from ..halting import suggest_p_halt
 from ..kernel_families import Diffusion
 from ..kernels.exact_graph import ExactGraphKernel
-from ..kernels.grf import GRFKernel
+from ..kernels.grf_kernel import GRFKernel
 from ..models import GraphGP, fit_gp
 from ._report import figure_folder, log_figures
 
@@ -122,9 +122,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--p-halt auto is chosen at the exact GP's estimate: drop --no-exact or give a number")
     folder = figure_folder(args)
     data = load_traffic(args.data_dir)
-    train_index, test_index = traffic_split(data.observed_nodes.size, args.train, args.test, seed=args.seed)
-    train, test = data.observed_nodes[train_index], data.observed_nodes[test_index]
-    speeds_train, speeds_test = data.speeds[train_index], data.speeds[test_index]
+    train_positions, test_positions = traffic_split(data.observed_nodes.size, args.train, args.test, seed=args.seed)
+    train, test = data.observed_nodes[train_positions], data.observed_nodes[test_positions]
+    speeds_train, speeds_test = data.speeds[train_positions], data.speeds[test_positions]
     shift, scale = float(speeds_train.mean()), float(speeds_train.std())
     standardised = (speeds_train - shift) / scale
     common = (data.graph, train, test, standardised, speeds_test, shift, scale)

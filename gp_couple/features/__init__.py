@@ -1,7 +1,7 @@
 """Random features: graph random features from compiled random walks, and RFF/RLF maps."""
 
 from .fourier import gaussian_kernel, random_fourier_features, random_laplace_features
-from .grf import GraphRandomFeatures, gram_estimate
+from .graph_random_features import GraphRandomFeatures, gram_estimate
 from .walks import WalkSteps, sample_walk_endpoints, sample_walks, walk_with_lengths
 
 __all__ = [

@@ -1,7 +1,7 @@
 r"""Fitting :math:`\sigma`-couplings from simulated walks (paper, Section 4.1 "Approximating and
 solving the OT problem for GRFs" [sec:approximating_and_solving_grfs_ot]).
 
-The matching costs of :mod:`gp_couple.couplings.sigma_fit` are estimated here by
+The matching costs of :mod:`gp_couple.couplings.sigma_matching` are estimated here by
 Monte Carlo with the walk sampler (:mod:`gp_couple.features.walks`), then the
 assignment is solved exactly: for graph random features (paper,
 eq. (56), the tractable matching problem, Appendix C.3 [eq:tractable_ot_formulation]) and for
@@ -16,7 +16,7 @@ import torch
 from .._checks import check_int, check_p_halt
 from .._random import SeedLike, as_numpy_generator, draw_seed
 from ..couplings.proposals import NeighbourProposal, get_proposal
-from ..couplings.sigma_fit import (
+from ..couplings.sigma_matching import (
     default_fitting_graph,
     grf_matching_cost,
     quantile_bin_lengths,
@@ -64,7 +64,7 @@ def fit_sigma_coupling(kernel_family: KernelFamily, p_halt: float, order: int = 
         [fig:permuton_grf].
     :param p_halt: Termination probability.
     :param order: Permutation order :math:`n` (paper: 30 for Gram estimation, 50 for GPs).
-    :param graph: Fitting graph (default :func:`~gp_couple.couplings.sigma_fit.default_fitting_graph`,
+    :param graph: Fitting graph (default :func:`~gp_couple.couplings.sigma_matching.default_fitting_graph`,
         ER with N = 100). The cost sums over all node pairs, so keep it small (it is
         O(n^2 N^3)).
     :param samples_per_bin: Walks per node and bin used to estimate :math:`\widehat\psi`.

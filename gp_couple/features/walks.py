@@ -55,7 +55,7 @@ from ..couplings.walk_lengths import (
     get_walk_length_coupling,
 )
 from ..graphs import Graph
-from . import _walk_kernels as kernels
+from . import _walk_compiled as compiled
 
 __all__ = ["WalkSteps", "sample_walks", "sample_walk_lengths", "walk_with_lengths",
            "sample_walk_endpoints", "walk_endpoints_with_lengths", "validated_lengths",
@@ -268,10 +268,10 @@ def _walk(graph: Graph, walked: np.ndarray, p: float, seed: SeedLike, starts: np
     columns = np.empty(total, dtype=graph.indices.dtype)
     steps = np.empty(total, dtype=np.uint16)
     weights = np.empty(total, dtype=np.float64)
-    with kernels.threads_for(total):
-        kernels.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+    with compiled.threads_for(total):
+        compiled.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
                           tables.choice_degrees, starts, walked, draw_seed(seed), 1.0 / (1.0 - p),
-                          1.0 / num_walkers, repelling, indptr, columns, steps, weights)
+                          1.0 / num_walkers, repelling, indptr, columns, steps, weights, compiled.pool_size())
     return WalkSteps(num_nodes=graph.num_nodes, start_nodes=starts, indptr=indptr,
                      columns=columns, steps=steps, weights=weights, num_walkers=num_walkers,
                      p_halt=p, lengths=walked)
@@ -386,10 +386,10 @@ def _endpoints(graph: Graph, walked: np.ndarray, seed: SeedLike, starts: np.ndar
     tables = proposal.tables(graph)
     repelling = directions.repelling
     endpoints = np.empty(walked.shape, dtype=np.int64)
-    with kernels.threads_for(int(walked.sum()) + walked.size):
-        kernels.walk_endpoints(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+    with compiled.threads_for(int(walked.sum()) + walked.size):
+        compiled.walk_endpoints(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
                                tables.choice_degrees, starts, walked, draw_seed(seed), repelling,
-                               endpoints)
+                               endpoints, compiled.pool_size())
     return endpoints
 
 

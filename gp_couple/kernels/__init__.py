@@ -2,7 +2,7 @@
 
 from .exact_graph import ExactGraphKernel
 from .graph_node import GraphNodeKernel
-from .grf import GRFKernel
+from .grf_kernel import GRFKernel
 from .matrix_free import MatrixFreeGraphKernel
 from .random_features import CoupledRandomFeatureKernel, CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
 

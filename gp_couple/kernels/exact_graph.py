@@ -2,7 +2,7 @@ r"""The exact graph kernel :class:`ExactGraphKernel`, the reference for graphs w
 
 It is the exact kernel :math:`\sum_k \alpha_k \widetilde{\mathbf W}^k` for small graphs,
 with the same ``kernel_family`` submodule as
-:class:`~gp_couple.kernels.grf.GRFKernel`, so state dicts transfer between the two
+:class:`~gp_couple.kernels.grf_kernel.GRFKernel`, so state dicts transfer between the two
 (e.g. train a GRF-GP, then load its hyperparameters into the exact GP to measure the KL
 divergence to the true posterior, appendix on GRF-GP details, Appendix F.2 "Scalable GPs on graphs",
 paragraph "Training GRF-GPs: technical details" [app:grf_gp_details]). The eigenvectors are copied
@@ -35,7 +35,7 @@ class ExactGraphKernel(GraphNodeKernel):
     Uses one cached eigendecomposition of :math:`\widetilde{\mathbf W}`
     (:func:`gp_couple.exact.normalized_adjacency_eigh`); each evaluation costs
     :math:`O(n_1 n_2 N)` and is differentiable in the hyperparameters. Same
-    ``kernel_family`` submodule as :class:`~gp_couple.kernels.grf.GRFKernel`, so their state dicts transfer
+    ``kernel_family`` submodule as :class:`~gp_couple.kernels.grf_kernel.GRFKernel`, so their state dicts transfer
     (``load_state_dict(..., strict=False)`` ignores the GRF walk buffers).
 
     :param graph: The graph (at most :data:`gp_couple.exact.DENSE_LIMIT` nodes unless ``force``).

@@ -4,7 +4,7 @@ r"""The base of kernels on graph nodes: node-index inputs, hyperparameter batche
 (:mod:`gp_couple.kernel_families`) whose hyperparameters every graph kernel learns; it
 validates node-index inputs, batches hyperparameters (gpytorch's ``__getitem__`` /
 ``expand_batch`` contract) and records the graph's identity in the state dict.
-:class:`~gp_couple.kernels.grf.GRFKernel`,
+:class:`~gp_couple.kernels.grf_kernel.GRFKernel`,
 :class:`~gp_couple.kernels.exact_graph.ExactGraphKernel` and
 :class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel` derive from it.
 

@@ -23,7 +23,7 @@ from ..distributed import Collective
 from ..graphs import Graph
 from ..operators.sharded_gram import ShardedGramLinearOperator, SharedColumns
 from ..sparse_pattern import CSRPattern
-from .grf import GRFKernel
+from .grf_kernel import GRFKernel
 
 __all__ = ["ShardedGRFKernel"]
 
@@ -38,7 +38,7 @@ class ShardedGRFKernel(GRFKernel):
     :param graph: The graph (every process loads it).
     :param train_nodes: All training nodes, sorted and distinct (the same on every process).
     :param collective: The processes (default: the default process group, or this process alone).
-    :param kwargs: Walk configuration and hyperparameters, as for :class:`~gp_couple.kernels.grf.GRFKernel`
+    :param kwargs: Walk configuration and hyperparameters, as for :class:`~gp_couple.kernels.grf_kernel.GRFKernel`
         (``num_walkers``, ``p_halt``, ``coupling``, ``kernel_family``, ``seed``, ...; not ``nodes``
         or ``batch_shape``).
     :raises ValueError: If ``train_nodes`` is not sorted and distinct, has fewer nodes than

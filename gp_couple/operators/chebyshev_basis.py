@@ -30,9 +30,9 @@ __all__ = ["BLOCK_ENTRIES", "ChebyshevBasis", "one_hot_columns"]
 
 #: Numbers held by one block of one-hot recurrences (three blocks live at once).
 BLOCK_ENTRIES = 1 << 23
-#: Largest nnz(W~) x columns product done with torch's COO kernel: MKL's CSR kernel enters
+#: Largest nnz(W~) x columns product done with torch's COO routine: MKL's CSR routine enters
 #: a parallel region on every call, which stalls for milliseconds on an oversubscribed
-#: machine, while the COO kernel is serial for small sizes but ~30x slower per entry.
+#: machine, while the COO routine is serial for small sizes but ~30x slower per entry.
 _SMALL_PRODUCT = 1 << 15
 #: Smallest block of diagonal nodes (their recurrences usually run on a neighbourhood only).
 _LOCAL_BLOCK = 64

@@ -17,10 +17,10 @@ right-hand side is a product with :math:`\Phi^\top`.
 Products by :math:`\Phi^\top` use the cached transposed pattern
 (:meth:`~gp_couple.sparse_pattern.CSRPattern.transpose`) and the transposed
 values, which callers gather once per set of values (``transposed_values``). On the
-CPU the products run in SciPy's CSR kernels and the sampled products in a compiled loop
-over the pattern: torch's own CPU CSR kernels cost several times more on these wide,
+CPU the products run in SciPy's CSR routines and the sampled products in a compiled loop
+over the pattern: torch's own CPU CSR routines cost several times more on these wide,
 short-row matrices (4-80x on the transposed ones; ``benchmarks/bench_products.py``).
-Other devices use torch's CSR kernels.
+Other devices use torch's CSR routines.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _scipy_matrix(pattern: CSRPattern, values: Tensor) -> Any:
 
 def _compiled_sampled_dots() -> Any:
     # Imported lazily: numba compiles on first use, and only CPU backward passes need it.
-    from ._sampled_dots_kernel import sampled_dots_rows
+    from ._sampled_dots_compiled import sampled_dots_rows
 
     return sampled_dots_rows
 

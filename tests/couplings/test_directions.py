@@ -17,7 +17,7 @@ from gp_couple.couplings.directions import (
     get_direction_coupling,
 )
 from gp_couple.exact import exact_kernel_matrix
-from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.graph_random_features import GraphRandomFeatures
 from gp_couple.features.walks import sample_walks, walk_endpoints_with_lengths, walk_with_lengths
 from gp_couple.graphs import Graph, grid_graph
 from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
@@ -34,7 +34,7 @@ def lognormal_graph() -> Graph:
     return Graph.from_edges(edges, weights=rng.lognormal(0.0, 1.5, len(edges)), num_nodes=BLOCK)
 
 
-KERNELS = {"diffusion": Diffusion(0.8).double(), "reg-laplacian": RegularisedLaplacian(1.0, 2).double()}
+FAMILIES = {"diffusion": Diffusion(0.8).double(), "reg-laplacian": RegularisedLaplacian(1.0, 2).double()}
 COUPLINGS = {"iid": IIDWalkLengthCoupling(), "antithetic": AntitheticWalkLengthCoupling(),
              "sigma": SigmaCoupling(np.random.default_rng(0).permutation(10))}
 COPIES = 4000
@@ -46,17 +46,17 @@ def union() -> Graph:
     return replicated(lognormal_graph(), COPIES)
 
 
-@pytest.mark.parametrize("kernel_name", list(KERNELS))
+@pytest.mark.parametrize("family_name", list(FAMILIES))
 @pytest.mark.parametrize("coupling_name", list(COUPLINGS))
 @pytest.mark.parametrize("directions", ["independent", "repelling"])
 @pytest.mark.parametrize("proposal", ["uniform", "weighted"])
 def test_unbiased_for_every_proposal_direction_and_length_coupling(union: Graph, proposal: str, directions: str,
-                                                                  coupling_name: str, kernel_name: str) -> None:
-    kernel = KERNELS[kernel_name]
+                                                                  coupling_name: str, family_name: str) -> None:
+    family = FAMILIES[family_name]
     graph = lognormal_graph()
     with torch.no_grad():
-        exact = exact_kernel_matrix(kernel, graph).numpy()
-    single, two_sets = replicate_grams(graph, COUPLINGS[coupling_name], kernel, P_HALT, 4, COPIES, seed=11,
+        exact = exact_kernel_matrix(family, graph).numpy()
+    single, two_sets = replicate_grams(graph, COUPLINGS[coupling_name], family, P_HALT, 4, COPIES, seed=11,
                                        union=union, proposal=proposal, directions=directions)
     # Two independent feature sets: unbiased on and off the diagonal (footnote of app:grf_approx).
     assert_unbiased(two_sets.reshape(COPIES, -1), exact.ravel(), z=5.0)
@@ -118,13 +118,13 @@ def test_repelling_spreads_walkers_and_keeps_lengths_geometric() -> None:
     assert spread["repelling"] > spread["independent"]
 
 
-def _squared_gram_errors(graph: Graph, kernel, walkers: int, directions: str, seeds: int) -> np.ndarray:
-    exact = exact_kernel_matrix(kernel, graph).detach().numpy()
-    modulation = kernel.modulation(400).detach()
+def _squared_gram_errors(graph: Graph, family, walkers: int, directions: str, seeds: int) -> np.ndarray:
+    exact = exact_kernel_matrix(family, graph).detach().numpy()
+    modulation = family.modulation(400).detach()
     errors = []
     for seed in range(seeds):
         features = GraphRandomFeatures.sample(graph, walkers, 0.1, "antithetic", seed=seed, directions=directions)
-        phi = features.scipy_feature_matrix(modulation[: features.num_steps])
+        phi = features.scipy_feature_matrix(modulation[: features.num_terms])
         errors.append(np.linalg.norm((phi @ phi.T).toarray() - exact) ** 2 / np.linalg.norm(exact) ** 2)
     return np.asarray(errors)
 
@@ -133,10 +133,10 @@ def test_repelling_variance_keeps_falling_like_one_over_m_on_long_range_kernels(
     """Regression: walkers ranked by length once took consecutive stratified slots, so the
     longest walkers of a node moved as one block and the long-range error stalled
     (gamma = 3: m = 256 repelling was worse than independent walkers)."""
-    graph, kernel, seeds = grid_graph(10, 10), Diffusion(3.0).double(), 12
-    independent = _squared_gram_errors(graph, kernel, 256, "independent", seeds)
-    repelling_few = _squared_gram_errors(graph, kernel, 32, "repelling", seeds)
-    repelling = _squared_gram_errors(graph, kernel, 256, "repelling", seeds)
+    graph, family, seeds = grid_graph(10, 10), Diffusion(3.0).double(), 12
+    independent = _squared_gram_errors(graph, family, 256, "independent", seeds)
+    repelling_few = _squared_gram_errors(graph, family, 32, "repelling", seeds)
+    repelling = _squared_gram_errors(graph, family, 256, "repelling", seeds)
 
     def se(x: np.ndarray) -> float:
         return float(x.std(ddof=1) / np.sqrt(x.size))

@@ -14,7 +14,7 @@ from gp_couple.couplings.proposals import (
     get_proposal,
     proposal_from_dict,
 )
-from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.graph_random_features import GraphRandomFeatures
 from gp_couple.features.walks import sample_walk_endpoints, sample_walks, walk_endpoints_with_lengths
 from gp_couple.graphs import Graph, grid_graph
 

@@ -149,7 +149,7 @@ def test_gram_source_blocks_and_diagonal(model: GraphGP) -> None:
 def test_errors_name_the_problem(model: GraphGP) -> None:
     with pytest.raises(ValueError, match="gram must be square"):
         gp_posterior(np.ones((3, 4)), [0], [1], [1.0], 0.1)
-    with pytest.raises(ValueError, match=rf"test_index contains node index {NODES} outside \[0, {NODES}\)"):
+    with pytest.raises(ValueError, match=rf"test_nodes contains node index {NODES} outside \[0, {NODES}\)"):
         gp_posterior(model, TRAIN, [NODES], model_targets(model), NOISE)
     with pytest.raises(ValueError, match="test_nodes contains node index 30 outside"):
         model_posterior(model, [NODES])

@@ -31,7 +31,7 @@ def test_protocol_report_structure() -> None:
     assert report["train"] == 50 and report["test"] == 14
     trained = report["trained"]
     assert trained["outputscale"] > 0 and trained["hyperparameters"]["gamma"] > 0 and trained["noise"] > 0
-    assert trained["kernel"] == "diffusion"
+    assert trained["family_name"] == "diffusion"
     assert set(report["exact_at_trained"]) == {"test_rmse", "test_nlpd"}
     assert [(row["coupling"], row["directions"]) for row in report["results"]] == [
         (coupling, directions) for coupling in ("iid", "antithetic", "sigma")

@@ -29,7 +29,7 @@ def test_traffic_reports_both_exact_baselines_nlpd_and_the_auto_p_halt(capsys, d
     assert report["nodes"] == 1016 and report["train"] == 250 and report["test"] == 75
     # The exact GP fitted by its own likelihood (deterministic: L-BFGS on a dense kernel).
     exact_ml = report["exact_ml"]
-    assert exact_ml["kernel"] == "diffusion" and len(exact_ml["restarts"]) == 1
+    assert exact_ml["family_name"] == "diffusion" and len(exact_ml["restarts"]) == 1
     assert exact_ml["hyperparameters"]["gamma"] == pytest.approx(8.06, abs=0.01)
     assert exact_ml["test_rmse"] == pytest.approx(13.60, abs=0.01)
     # NLPD in mph units = standardised NLPD (1.19) + log of the training standard deviation.
@@ -53,9 +53,9 @@ def test_traffic_reports_both_exact_baselines_nlpd_and_the_auto_p_halt(capsys, d
 def test_traffic_kernel_option_and_a_given_p_halt(capsys, data_dir) -> None:
     report = run_traffic(capsys, data_dir, "--kernel", "regularised-laplacian", "--p-halt", "0.1",
                          "--couplings", "iid", "--directions", "independent", "--exact-starts", "4")
-    assert report["trained"]["kernel"] == "regularised-laplacian" == report["exact_ml"]["kernel"]
+    assert report["trained"]["family_name"] == "regularised-laplacian" == report["exact_ml"]["family_name"]
     assert set(report["trained"]["hyperparameters"]) == {"sigma", "degree"}
-    assert report["protocol"]["kernel"] == "regularised-laplacian"
+    assert report["protocol"]["family_name"] == "regularised-laplacian"
     assert report["p_halt"]["choice"] == "given" and report["p_halt"]["used"] == 0.1
     assert len(report["results"]) == 1
 
@@ -84,10 +84,10 @@ def test_exact_fit_maximises_the_likelihood_from_every_start() -> None:
     predictions = exact_predictions(graph, kernel_family_at("diffusion", fit.hyperparameters), fit.outputscale,
                                     fit.noise, train, test, observed, 0.0, 1.0)
     assert predictions["test_rmse"] < np.std(observed[test])
-    with pytest.raises(ValueError, match="kernel must be one of"):
+    with pytest.raises(ValueError, match="family_name must be one of"):
         fit_exact_gp(graph, "inverse-cosine", train, observed[train])
 
 
 def test_rule_and_inflation_agree_for_the_traffic_kernel() -> None:
-    kernel = kernel_family_at("diffusion", {"gamma": 8.06})
-    assert halting_inflation(kernel, suggest_p_halt(kernel)) == pytest.approx(2.0, rel=1e-4)
+    family = kernel_family_at("diffusion", {"gamma": 8.06})
+    assert halting_inflation(family, suggest_p_halt(family)) == pytest.approx(2.0, rel=1e-4)

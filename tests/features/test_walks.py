@@ -10,7 +10,7 @@ import torch
 
 from gp_couple.couplings import AntitheticWalkLengthCoupling, IIDWalkLengthCoupling, SigmaCoupling
 from gp_couple.exact import exact_kernel_matrix
-from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.graph_random_features import GraphRandomFeatures
 from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.features.walks import (
     expected_walk_bytes,
@@ -32,7 +32,7 @@ def replicated(graph: Graph, copies: int) -> Graph:
     return Graph(sp.block_diag([graph.adjacency] * copies, format="csr"))
 
 
-def replicate_grams(graph: Graph, coupling, kernel, p_halt: float, walkers: int, copies: int,
+def replicate_grams(graph: Graph, coupling, family, p_halt: float, walkers: int, copies: int,
                     seed: int, max_length: int | None = None, union: Graph | None = None,
                     **options) -> tuple[np.ndarray, np.ndarray]:
     """Per-replicate Gram estimates: one feature set (Phi Phi^T) and two sets (Phi_A Phi_B^T).
@@ -47,7 +47,7 @@ def replicate_grams(graph: Graph, coupling, kernel, p_halt: float, walkers: int,
         features = GraphRandomFeatures.sample(union, walkers, p_halt, coupling, seed=seed + offset,
                                               max_length=max_length, dtype=torch.float64, **options)
         with torch.no_grad():
-            phi = features.scipy_feature_matrix(kernel.modulation(features.num_steps).reshape(-1)).tocoo()
+            phi = features.scipy_feature_matrix(family.modulation(features.num_terms).reshape(-1)).tocoo()
         # Walks stay in their component, so each row's columns lie in its own copy.
         slot = (phi.row // block * block + phi.row % block) * block + phi.col % block
         sets.append(np.bincount(slot, weights=phi.data, minlength=copies * block * block)
@@ -57,38 +57,38 @@ def replicate_grams(graph: Graph, coupling, kernel, p_halt: float, walkers: int,
     return single, 0.5 * (double + double.transpose(0, 2, 1))
 
 
-KERNELS = {"diffusion": Diffusion(0.8).double(), "reg-laplacian": RegularisedLaplacian(1.0, 2).double()}
+FAMILIES = {"diffusion": Diffusion(0.8).double(), "reg-laplacian": RegularisedLaplacian(1.0, 2).double()}
 COUPLINGS = {"iid": IIDWalkLengthCoupling(), "antithetic": AntitheticWalkLengthCoupling(),
              "sigma-random": SigmaCoupling(np.random.default_rng(0).permutation(12)),
              "sigma-fitted": fit_sigma_coupling(RegularisedLaplacian(1.0, 2), 0.4, 12,
                                                 samples_per_bin=30, seed=0)}
 
 
-@pytest.mark.parametrize("kernel_name", list(KERNELS))
+@pytest.mark.parametrize("family_name", list(FAMILIES))
 @pytest.mark.parametrize("coupling_name", list(COUPLINGS))
-def test_unbiased_on_graph_with_isolated_node_and_two_components(kernel_name: str,
+def test_unbiased_on_graph_with_isolated_node_and_two_components(family_name: str,
                                                                   coupling_name: str) -> None:
     graph = two_components_and_isolated()
-    kernel = KERNELS[kernel_name]
+    family = FAMILIES[family_name]
     with torch.no_grad():
-        exact = exact_kernel_matrix(kernel, graph).numpy()
-    single, two_sets = replicate_grams(graph, COUPLINGS[coupling_name], kernel, 0.4, 2,
+        exact = exact_kernel_matrix(family, graph).numpy()
+    single, two_sets = replicate_grams(graph, COUPLINGS[coupling_name], family, 0.4, 2,
                                        copies=20_000, seed=17)
     off_diagonal = ~np.eye(BLOCK, dtype=bool)
     assert_unbiased(single[:, off_diagonal], exact[off_diagonal], z=5.0)
     # Two independent feature sets are unbiased on the diagonal too (app:grf_approx footnote).
     assert_unbiased(two_sets.reshape(len(two_sets), -1), exact.ravel(), z=5.0)
     # The isolated node's row is exact: K_66 = alpha_0 and no covariance.
-    np.testing.assert_allclose(single[:, 6, 6], float(kernel.coefficients(1).detach().reshape(-1)[0]), rtol=1e-12)
+    np.testing.assert_allclose(single[:, 6, 6], float(family.coefficients(1).detach().reshape(-1)[0]), rtol=1e-12)
     assert np.all(single[:, 6, :6] == 0)
 
 
 def test_single_set_diagonal_is_biased_upwards() -> None:
     graph = two_components_and_isolated()
-    kernel = KERNELS["diffusion"]
+    family = FAMILIES["diffusion"]
     with torch.no_grad():
-        exact = exact_kernel_matrix(kernel, graph).numpy()
-    single, _ = replicate_grams(graph, IIDWalkLengthCoupling(), kernel, 0.4, 2, copies=20_000, seed=3)
+        exact = exact_kernel_matrix(family, graph).numpy()
+    single, _ = replicate_grams(graph, IIDWalkLengthCoupling(), family, 0.4, 2, copies=20_000, seed=3)
     diagonal = single[:, np.arange(6), np.arange(6)]
     mean, se = diagonal.mean(0), diagonal.std(0, ddof=1) / np.sqrt(len(diagonal))
     assert np.all(mean - np.diag(exact)[:6] > 5 * se)
@@ -96,12 +96,12 @@ def test_single_set_diagonal_is_biased_upwards() -> None:
 
 def test_truncation_estimates_the_truncated_series() -> None:
     graph = two_components_and_isolated()
-    kernel = KERNELS["reg-laplacian"]
+    family = FAMILIES["reg-laplacian"]
     w = graph.normalized_adjacency().toarray()
     with torch.no_grad():
-        f = kernel.modulation(3).reshape(-1).double().numpy()
+        f = family.modulation(3).reshape(-1).double().numpy()
     half = sum(f[p] * np.linalg.matrix_power(w, p) for p in range(3))
-    _, two_sets = replicate_grams(graph, IIDWalkLengthCoupling(), kernel, 0.3, 4, copies=20_000, seed=5,
+    _, two_sets = replicate_grams(graph, IIDWalkLengthCoupling(), family, 0.3, 4, copies=20_000, seed=5,
                                   max_length=2)
     assert_unbiased(two_sets.reshape(len(two_sets), -1), (half @ half).ravel(), z=5.0)
 

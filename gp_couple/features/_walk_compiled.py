@@ -1,4 +1,4 @@
-"""Compiled kernels of the walk sampler (numba).
+"""The walk sampler's compiled loops (numba).
 
 Randomness is counter-based: walker ``k`` of start node ``v`` draws its neighbour
 choices from a SplitMix64 stream keyed by ``(seed, v * m + k)`` (independent directions),
@@ -14,7 +14,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-# threads_for and SERIAL_WORK_LIMIT are re-exported: the sampler's callers use kernels.threads_for.
+# threads_for and SERIAL_WORK_LIMIT are re-exported: the sampler's callers use compiled.threads_for.
 from .._counter_random import SERIAL_WORK_LIMIT, next_unit, stream_start, threads_for  # noqa: F401
 
 #: Rows up to this degree are searched by a linear count rather than by bisection.
@@ -114,13 +114,24 @@ def _next_spread_slot(counter, bits, size):  # pragma: no cover - compiled
             return reversed_value, counter
 
 
+def pool_size() -> int:
+    """The size of numba's thread pool, read at run time: the compiled entry points take it as ``pool``.
+
+    ``numba.get_thread_id()`` lies in ``[0, pool)`` whatever ``numba.set_num_threads`` masks;
+    read inside compiled code, ``numba.config.NUMBA_NUM_THREADS`` would be frozen into the
+    cached machine code, wrong for a process started with another ``NUMBA_NUM_THREADS``.
+    """
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
 @njit(cache=True)
-def _repelling_scratch(num_walkers):  # pragma: no cover - compiled
+def _repelling_scratch(num_walkers, threads):  # pragma: no cover - compiled
     """Per-thread scratch of :func:`_repelling_row`: walker state, group state and a small hash table.
 
     The table (node -> group) has at least twice as many slots as walkers, so probes stay short.
+    ``threads`` is the size of numba's thread pool (:func:`pool_size`), which bounds every
+    ``numba.get_thread_id()``.
     """
-    threads = numba.config.NUMBA_NUM_THREADS
     table = 2
     while table < 2 * num_walkers:
         table *= 2
@@ -250,13 +261,13 @@ def _walk_row(indptr, indices, ratios, cumulative, choice_degrees, start, row_le
 @njit(parallel=True, cache=True)
 def walk_rows(indptr, indices, ratios, cumulative, choice_degrees, starts, lengths, seed, inv_keep,
               inv_walkers, repelling, out_indptr, out_columns, out_steps,
-              out_weights):  # pragma: no cover - compiled
+              out_weights, pool):  # pragma: no cover - compiled
     """Fill one CSR row of per-step entries per start node (see :func:`_write_row_walks`).
 
     ``lengths`` must already be zero for start nodes without neighbours.
     """
     seed_u = np.uint64(seed)
-    scratch = _repelling_scratch(lengths.shape[1] if repelling else 0)
+    scratch = _repelling_scratch(lengths.shape[1] if repelling else 0, pool)
     for r in prange(lengths.shape[0]):
         _walk_row(indptr, indices, ratios, cumulative, choice_degrees, starts[r], lengths[r], seed_u,
                   inv_keep, inv_walkers, out_columns, out_steps, out_weights, out_indptr[r], repelling,
@@ -265,11 +276,11 @@ def walk_rows(indptr, indices, ratios, cumulative, choice_degrees, starts, lengt
 
 @njit(parallel=True, cache=True)
 def walk_endpoints(indptr, indices, ratios, cumulative, choice_degrees, starts, lengths, seed, repelling,
-                   out_endpoints):  # pragma: no cover - compiled
+                   out_endpoints, pool):  # pragma: no cover - compiled
     """Endpoint of each walk (same random streams and moves as :func:`walk_rows`)."""
     num_rows, num_walkers = lengths.shape
     seed_u = np.uint64(seed)
-    scratch = _repelling_scratch(num_walkers if repelling else 0)
+    scratch = _repelling_scratch(num_walkers if repelling else 0, pool)
     no_columns = np.empty(0, dtype=indices.dtype)
     no_steps = np.empty(0, dtype=np.uint16)
     no_weights = np.empty(0, dtype=np.float64)
@@ -400,19 +411,18 @@ def _coalesce_long_row(columns, steps, weights, lo, hi):  # pragma: no cover - c
 
 
 @njit(cache=True)
-def _thread_scratch(indptr):  # pragma: no cover - compiled
+def _thread_scratch(indptr, threads):  # pragma: no cover - compiled
     longest = 1
     for r in range(indptr.size - 1):
         longest = max(longest, min(indptr[r + 1] - indptr[r], _PACKED_ROW_LIMIT))
-    threads = numba.config.NUMBA_NUM_THREADS
     return (np.empty((threads, longest), dtype=np.uint64), np.empty((threads, longest), dtype=np.int64),
             np.empty((threads, longest), dtype=np.float64))
 
 
 @njit(parallel=True, cache=True)
-def coalesce_rows(indptr, columns, steps, weights, entry_counts, distinct_counts):  # pragma: no cover
+def coalesce_rows(indptr, columns, steps, weights, entry_counts, distinct_counts, pool):  # pragma: no cover
     """Coalesce every row of a raw decomposition in place (see :func:`_coalesce_row`)."""
-    keys, sorted_steps, sorted_weights = _thread_scratch(indptr)
+    keys, sorted_steps, sorted_weights = _thread_scratch(indptr, pool)
     for r in prange(indptr.size - 1):
         thread = numba.get_thread_id()
         entries, distinct = _coalesce_row(columns, steps, weights, indptr[r], indptr[r + 1],
@@ -424,11 +434,11 @@ def coalesce_rows(indptr, columns, steps, weights, entry_counts, distinct_counts
 @njit(parallel=True, cache=True)
 def walk_and_coalesce_rows(indptr, indices, ratios, cumulative, choice_degrees, starts, lengths, seed,
                            inv_keep, inv_walkers, repelling, raw_indptr, columns, steps, weights,
-                           entry_counts, distinct_counts):  # pragma: no cover - compiled
+                           entry_counts, distinct_counts, pool):  # pragma: no cover - compiled
     """:func:`walk_rows` followed by :func:`_coalesce_row` on each row while it is in cache."""
     seed_u = np.uint64(seed)
-    keys, sorted_steps, sorted_weights = _thread_scratch(raw_indptr)
-    scratch = _repelling_scratch(lengths.shape[1] if repelling else 0)
+    keys, sorted_steps, sorted_weights = _thread_scratch(raw_indptr, pool)
+    scratch = _repelling_scratch(lengths.shape[1] if repelling else 0, pool)
     for r in prange(lengths.shape[0]):
         _walk_row(indptr, indices, ratios, cumulative, choice_degrees, starts[r], lengths[r], seed_u,
                   inv_keep, inv_walkers, columns, steps, weights, raw_indptr[r], repelling, scratch)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gp_couple.couplings import SigmaCoupling
-from gp_couple.couplings.sigma_fit import (
+from gp_couple.couplings.sigma_matching import (
     default_fitting_graph,
     grf_matching_cost,
     quantile_bin_lengths,

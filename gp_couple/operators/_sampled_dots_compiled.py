@@ -1,4 +1,4 @@
-"""Compiled kernel (numba) of the sampled dense-dense product behind the values' gradient.
+"""The compiled loop (numba) of the sampled dense-dense product behind the values' gradient.
 
 For every stored entry ``u = (r, c)`` of a CSR pattern: ``out[u] = left[r] . right[c]``.
 A loop over the pattern reads each row of ``left`` once and the rows of ``right`` that

@@ -53,7 +53,7 @@ from ..couplings.directions import (
 )
 from ..couplings.proposals import NeighbourProposal, UniformProposal, get_proposal, proposal_from_dict
 from ..couplings.walk_lengths import WalkLengthCoupling, coupling_from_dict, get_walk_length_coupling
-from ..features.grf import FEATURE_KEYS, GraphRandomFeatures
+from ..features.graph_random_features import FEATURE_KEYS, GraphRandomFeatures
 from ..features.sigma_fit import fit_sigma_coupling
 from ..graphs import Graph
 from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
@@ -458,7 +458,7 @@ class GRFKernel(GraphNodeKernel):
 
     @property
     def features(self) -> GraphRandomFeatures:
-        """The sampled walk decomposition (:class:`~gp_couple.features.grf.GraphRandomFeatures`)."""
+        """The sampled walk decomposition (:class:`~gp_couple.features.graph_random_features.GraphRandomFeatures`)."""
         return self._features()
 
     @property
@@ -480,7 +480,7 @@ class GRFKernel(GraphNodeKernel):
     def feature_values(self) -> Tensor:
         r"""Values of :math:`\Phi(\theta)` on the fixed pattern, shape ``(*hyper_batch, nnz)``."""
         features = self._features()
-        return features.values(self.kernel_family.modulation(features.num_steps))
+        return features.values(self.kernel_family.modulation(features.num_terms))
 
     def covered_nodes(self) -> Tensor | None:
         """The nodes with feature rows (the ``nodes`` walks were sampled from), or ``None`` for every node."""

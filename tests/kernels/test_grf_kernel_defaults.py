@@ -15,7 +15,7 @@ from gp_couple.datasets import default_mesh
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.graphs import grid_graph
 from gp_couple.halting import HaltingInflationWarning, halting_inflation
-from gp_couple.kernels.grf import PREDICT_WALKERS, TRAIN_P_HALT, TRAIN_WALKERS
+from gp_couple.kernels.grf_kernel import PREDICT_WALKERS, TRAIN_P_HALT, TRAIN_WALKERS
 
 MESH = default_mesh().graph
 GAMMA = 3.0   # the range training selects on the built-in mesh

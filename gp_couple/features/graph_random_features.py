@@ -32,7 +32,7 @@ from ..couplings.walk_lengths import IIDWalkLengthCoupling, WalkLengthCoupling
 from ..graphs import Graph
 from ..progress import progress
 from ..sparse_pattern import CSRPattern, sparse_csr
-from . import _walk_kernels as kernels
+from . import _walk_compiled as compiled
 from .walks import WalkSteps, sample_walk_lengths
 
 __all__ = ["FEATURE_KEYS", "GraphRandomFeatures", "gram_estimate"]
@@ -53,7 +53,8 @@ class GraphRandomFeatures:
     :ivar slot_pointer: CSR row pointer of :math:`\mathbf S` (shape ``(U + 1,)``).
     :ivar steps: Step of every entry (column index of :math:`\mathbf S`, shape ``(E,)``).
     :ivar weights: :math:`\mathrm{load}_t / m` of every entry (shape ``(E,)``).
-    :ivar num_steps: :math:`T`, one more than the longest walk.
+    :ivar num_terms: :math:`T`, the number of modulation terms :math:`f(0), \dots, f(T-1)` the features
+        use: one more than the longest walk.
     :ivar pattern: The sparsity pattern of :math:`\Phi` (from ``row_pointer`` and
         ``columns``), which the operators multiply on and whose derived index arrays are
         computed once; built here when not given.
@@ -66,7 +67,7 @@ class GraphRandomFeatures:
     slot_pointer: torch.Tensor
     steps: torch.Tensor
     weights: torch.Tensor
-    num_steps: int
+    num_terms: int
     pattern: CSRPattern = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -108,14 +109,14 @@ class GraphRandomFeatures:
         chunks = builder.chunks()
         if raw_sizes.sum() > builder.chunk_entries:  # large graphs only: several chunks of rows
             chunks = progress(chunks, description="sampling walks", unit="chunk")
-        with kernels.threads_for(int(raw_sizes.sum())):
+        with compiled.threads_for(int(raw_sizes.sum())):
             for lo, hi, raw_indptr, scratch in chunks:
                 entry_counts, distinct_counts = builder.counts(hi - lo)
-                kernels.walk_and_coalesce_rows(
+                compiled.walk_and_coalesce_rows(
                     graph.indptr, graph.indices, tables.ratios, tables.cumulative,
                     tables.choice_degrees, starts[lo:hi], lengths[lo:hi], neighbour_key,
                     1.0 / (1.0 - p), 1.0 / lengths.shape[1], repelling, raw_indptr, *scratch,
-                    entry_counts, distinct_counts)
+                    entry_counts, distinct_counts, compiled.pool_size())
                 builder.gather(lo, hi, raw_indptr, scratch, entry_counts, distinct_counts)
         return builder.finish()
 
@@ -129,8 +130,9 @@ class GraphRandomFeatures:
                              walk_steps.columns.dtype, dtype, chunk_entries=None)
         scratch = (walk_steps.columns.copy(), walk_steps.steps.copy(), walk_steps.weights.copy())
         entry_counts, distinct_counts = builder.counts(walk_steps.num_rows)
-        with kernels.threads_for(walk_steps.num_entries):
-            kernels.coalesce_rows(walk_steps.indptr, *scratch, entry_counts, distinct_counts)
+        with compiled.threads_for(walk_steps.num_entries):
+            compiled.coalesce_rows(walk_steps.indptr, *scratch, entry_counts, distinct_counts,
+                                   compiled.pool_size())
             builder.gather(0, walk_steps.num_rows, walk_steps.indptr, scratch, entry_counts,
                            distinct_counts)
         return builder.finish()
@@ -163,21 +165,21 @@ class GraphRandomFeatures:
     # ---------------------------------------------------------------- feature values
     def step_matrix(self) -> torch.Tensor:
         r"""The sparse ``(nnz, T)`` matrix :math:`\mathbf S` with :math:`\mathrm{vec}(\Phi) = \mathbf S f`."""
-        return sparse_csr(self.slot_pointer, self.steps, self.weights, (self.nnz, self.num_steps))
+        return sparse_csr(self.slot_pointer, self.steps, self.weights, (self.nnz, self.num_terms))
 
     def values(self, modulation: torch.Tensor) -> torch.Tensor:
         r"""Values of :math:`\Phi(f)` on the fixed pattern, shape ``(*batch, nnz)``.
 
         :param modulation: :math:`f(0), \dots` along the last dimension (at least
-            :attr:`num_steps` terms; extra terms are ignored), any batch shape.
+            :attr:`num_terms` terms; extra terms are ignored), any batch shape.
         """
         if not isinstance(modulation, torch.Tensor):
             raise TypeError(f"modulation must be a tensor, got {type(modulation).__name__}")
-        if modulation.ndim == 0 or modulation.shape[-1] < self.num_steps:
+        if modulation.ndim == 0 or modulation.shape[-1] < self.num_terms:
             raise ValueError(
-                f"modulation needs at least {self.num_steps} terms (walks reach step "
-                f"{self.num_steps - 1}), got shape {tuple(modulation.shape)}")
-        f = modulation[..., : self.num_steps].to(self.weights.dtype)
+                f"modulation needs at least {self.num_terms} terms (walks reach step "
+                f"{self.num_terms - 1}), got shape {tuple(modulation.shape)}")
+        f = modulation[..., : self.num_terms].to(self.weights.dtype)
         # S f as a gather and a per-slot sum: its backward (every training step) is a
         # gather and an index_add too. torch's CSR product S @ f rebuilt S^T in every
         # backward: 1.2 s against a 0.08 s forward for the 2 * 10^4 rows of the
@@ -216,7 +218,7 @@ class GraphRandomFeatures:
         device = torch.device(device)
         if self.weights.device == device:
             return self
-        return GraphRandomFeatures(num_nodes=self.num_nodes, num_steps=self.num_steps,
+        return GraphRandomFeatures(num_nodes=self.num_nodes, num_terms=self.num_terms,
                                    pattern=self.pattern.to(device),
                                    **{name: tensor.to(device) for name, tensor in self.tensors().items()})
 
@@ -247,8 +249,8 @@ class GraphRandomFeatures:
         pattern = CSRPattern(tensors["row_pointer"], tensors["columns"], int(num_nodes))
         if tensors["steps"].numel() and int(tensors["steps"].min()) < 0:
             raise ValueError("steps contains negative steps")
-        num_steps = int(tensors["steps"].max()) + 1 if tensors["steps"].numel() else 1
-        return cls(num_nodes=int(num_nodes), num_steps=num_steps, pattern=pattern,
+        num_terms = int(tensors["steps"].max()) + 1 if tensors["steps"].numel() else 1
+        return cls(num_nodes=int(num_nodes), num_terms=num_terms, pattern=pattern,
                    **{name: tensors[name] for name in FEATURE_KEYS})
 
 
@@ -361,7 +363,7 @@ class _Assembler:
         slot_offsets[0] = self.slots_done
         np.cumsum(distinct_counts, out=slot_offsets[1:])
         slot_offsets[1:] += self.slots_done
-        kernels.gather_coalesced(raw_indptr, *scratch, entry_offsets, slot_offsets, self.steps,
+        compiled.gather_coalesced(raw_indptr, *scratch, entry_offsets, slot_offsets, self.steps,
                                  self.weights, self.columns, self.slot_pointer)
         self.row_pointer[lo + 1: hi + 1] = slot_offsets[1:]
         self.entries_done = int(entry_offsets[-1])
@@ -385,5 +387,5 @@ class _Assembler:
             slot_pointer=torch.from_numpy(self.slot_pointer),
             steps=torch.from_numpy(self.steps),
             weights=torch.from_numpy(self.weights),
-            num_steps=self.max_step + 1,
+            num_terms=self.max_step + 1,
         )

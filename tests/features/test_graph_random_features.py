@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from gp_couple.couplings import AntitheticWalkLengthCoupling
-from gp_couple.features import grf as grf_module
-from gp_couple.features.grf import FEATURE_KEYS, GraphRandomFeatures, gram_estimate
+from gp_couple.features import graph_random_features as features_module
+from gp_couple.features.graph_random_features import FEATURE_KEYS, GraphRandomFeatures, gram_estimate
 from gp_couple.features.walks import sample_walks
 from gp_couple.graphs import grid_graph
 from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
@@ -16,7 +16,7 @@ from tests.test_graphs import two_components_and_isolated
 
 
 def assert_same(a: GraphRandomFeatures, b: GraphRandomFeatures) -> None:
-    assert a.num_nodes == b.num_nodes and a.num_steps == b.num_steps
+    assert a.num_nodes == b.num_nodes and a.num_terms == b.num_terms
     for name, tensor in a.tensors().items():
         assert torch.equal(tensor, b.tensors()[name]), name
 
@@ -35,7 +35,7 @@ def test_feature_matrix_equals_raw_decomposition() -> None:
     graph = grid_graph(7, 7)
     raw = sample_walks(graph, 5, 0.2, seed=1)
     features = GraphRandomFeatures.from_walk_steps(raw, dtype=torch.float64)
-    f = torch.linspace(1.0, 0.1, features.num_steps, dtype=torch.float64)
+    f = torch.linspace(1.0, 0.1, features.num_terms, dtype=torch.float64)
     np.testing.assert_allclose(features.feature_matrix(f).to_dense().numpy(),
                                raw.feature_matrix(f.numpy()).toarray(), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(features.scipy_feature_matrix(f).toarray(),
@@ -52,26 +52,26 @@ def test_feature_matrix_equals_raw_decomposition() -> None:
 def test_chunked_build_equals_single_chunk(monkeypatch) -> None:
     graph = grid_graph(12, 12)
     whole = GraphRandomFeatures.sample(graph, 8, 0.2, seed=2)
-    monkeypatch.setattr(grf_module._Assembler, "CHUNK_ENTRIES", 50)
+    monkeypatch.setattr(features_module._Assembler, "CHUNK_ENTRIES", 50)
     assert_same(whole, GraphRandomFeatures.sample(graph, 8, 0.2, seed=2))
 
 
 def test_values_are_differentiable_in_hyperparameters() -> None:
     graph = grid_graph(5, 5)
     features = GraphRandomFeatures.sample(graph, 4, 0.3, seed=0, dtype=torch.float64)
-    kernel = Diffusion(0.9).double()
+    family = Diffusion(0.9).double()
 
     def loss() -> torch.Tensor:
-        return (features.values(kernel.modulation(features.num_steps)) ** 2).sum()
+        return (features.values(family.modulation(features.num_terms)) ** 2).sum()
 
     value = loss()
     value.backward()
-    analytic = kernel.raw_gamma.grad.item()
+    analytic = family.raw_gamma.grad.item()
     eps = 1e-6
     with torch.no_grad():
-        kernel.raw_gamma += eps
+        family.raw_gamma += eps
         up = loss().item()
-        kernel.raw_gamma -= 2 * eps
+        family.raw_gamma -= 2 * eps
         down = loss().item()
     assert analytic == pytest.approx((up - down) / (2 * eps), rel=1e-6)
 
@@ -79,8 +79,8 @@ def test_values_are_differentiable_in_hyperparameters() -> None:
 def test_batched_modulation() -> None:
     graph = grid_graph(4, 4)
     features = GraphRandomFeatures.sample(graph, 4, 0.3, seed=0, dtype=torch.float64)
-    kernel = RegularisedLaplacian(torch.tensor([[0.5], [1.0], [2.0]]), batch_shape=torch.Size([3])).double()
-    f = kernel.modulation(features.num_steps + 3)
+    family = RegularisedLaplacian(torch.tensor([[0.5], [1.0], [2.0]]), batch_shape=torch.Size([3])).double()
+    f = family.modulation(features.num_terms + 3)
     values = features.values(f)
     assert values.shape == (3, features.nnz)
     for b in range(3):
@@ -118,7 +118,7 @@ def test_start_node_subset_rows_match_full_build() -> None:
     full = GraphRandomFeatures.sample(graph, 4, 0.3, seed=5, dtype=torch.float64)
     subset = GraphRandomFeatures.sample(graph, 4, 0.3, seed=5, start_nodes=[3, 20],
                                         dtype=torch.float64)
-    f = torch.ones(max(full.num_steps, subset.num_steps), dtype=torch.float64)
+    f = torch.ones(max(full.num_terms, subset.num_terms), dtype=torch.float64)
     # Lengths are drawn per row, so a subset has its own lengths; the pattern of each
     # row is still a valid feature row of that node.
     assert subset.num_rows == 2 and subset.start_nodes.tolist() == [3, 20]
@@ -133,7 +133,7 @@ def test_bad_inputs() -> None:
     with pytest.raises(TypeError, match="tensor"):
         features.values([1.0, 2.0])
     with pytest.raises(ValueError, match="unbatched"):
-        features.feature_matrix(torch.ones(2, features.num_steps))
+        features.feature_matrix(torch.ones(2, features.num_terms))
     with pytest.raises(TypeError, match="dtype"):
         GraphRandomFeatures.sample(graph, 2, 0.3, dtype=torch.int64)
     with pytest.raises(TypeError, match="WalkSteps"):
@@ -144,7 +144,7 @@ def test_gram_estimates_from_one_and_two_sets() -> None:
     graph = grid_graph(5, 5)
     first = GraphRandomFeatures.sample(graph, 4, 0.3, seed=0, dtype=torch.float64)
     second = GraphRandomFeatures.sample(graph, 4, 0.3, seed=1, dtype=torch.float64)
-    f = torch.linspace(1.0, 0.2, max(first.num_steps, second.num_steps), dtype=torch.float64)
+    f = torch.linspace(1.0, 0.2, max(first.num_terms, second.num_terms), dtype=torch.float64)
     a = first.scipy_feature_matrix(f).toarray()
     b = second.scipy_feature_matrix(f).toarray()
     np.testing.assert_allclose(gram_estimate(first, f).toarray(), a @ a.T, atol=1e-12)
@@ -161,6 +161,6 @@ def test_rows_longer_than_the_packed_key_limit_coalesce_correctly() -> None:
     raw = walk_with_lengths(graph, np.full((1, 4), 20_000), 0.01, seed=0, start_nodes=[5])
     assert raw.num_entries > 1 << 16
     features = GraphRandomFeatures.from_walk_steps(raw, dtype=torch.float64)
-    f = torch.exp(-0.001 * torch.arange(features.num_steps, dtype=torch.float64))
+    f = torch.exp(-0.001 * torch.arange(features.num_terms, dtype=torch.float64))
     np.testing.assert_allclose(features.scipy_feature_matrix(f).toarray(),
                                raw.feature_matrix(f.numpy()).toarray(), rtol=1e-10)

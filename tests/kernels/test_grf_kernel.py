@@ -13,7 +13,7 @@ import torch
 from linear_operator.operators import RootLinearOperator
 
 from gp_couple.couplings.walk_lengths import SigmaCoupling, get_walk_length_coupling
-from gp_couple.features.grf import GraphRandomFeatures
+from gp_couple.features.graph_random_features import GraphRandomFeatures
 from gp_couple.graphs import Graph, grid_graph
 from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
 from gp_couple.kernels import ExactGraphKernel, GRFKernel
@@ -30,7 +30,7 @@ def dense_features(features: GraphRandomFeatures, gamma: float) -> torch.Tensor:
     tensors = features.tensors()
     tensors["weights"] = tensors["weights"].double()
     features = GraphRandomFeatures.from_tensors(tensors, features.num_nodes)
-    modulation = Diffusion(gamma=gamma).modulation(features.num_steps).detach().double()
+    modulation = Diffusion(gamma=gamma).modulation(features.num_terms).detach().double()
     return torch.from_numpy(features.scipy_feature_matrix(modulation).toarray())
 
 
