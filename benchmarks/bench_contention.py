@@ -56,7 +56,7 @@ import numpy as np, scipy.linalg, torch, gpytorch
 from gp_couple import GRFKernel, GraphGP, fit_gp, grf_gp_settings
 from gp_couple.datasets import default_mesh
 mesh = default_mesh()
-kernel = GRFKernel(mesh.graph, num_walkers=32, p_halt=0.2, seed=0)
+kernel = GRFKernel(mesh.graph, num_walkers=32, p_halt=0.2, seed=0, schedule=None)
 train = np.arange(0, mesh.graph.num_nodes, 2)
 model = GraphGP(train, torch.as_tensor(mesh.targets[train], dtype=torch.float32),
                 gpytorch.likelihoods.GaussianLikelihood(), gpytorch.kernels.ScaleKernel(kernel))

@@ -21,12 +21,10 @@ block Krylov with a residual bound above). Methods, each in a fresh subprocess:
   (training drift alone);
 * ``defaults``: what a user gets from the constructor (issue 19, section 4):
   ``ScaleKernel(GRFKernel(graph, nodes=train ∪ test, seed=seed))`` with every other argument
-  at its default, trained by :func:`gp_couple.models.fit_gp` to convergence (L-BFGS, its
-  stopping rule; ``fit_gp``'s own default optimiser is Adam without a stopping rule) and
-  predicted by :func:`gp_couple.models.predict` on the training walks, all under
-  ``grf_gp_settings()``. The ``resampled_*`` fields then predict again after
-  ``GRFKernel.resample_for_prediction()`` at its defaults (the README quick start's way to
-  the prediction walkers);
+  at its default (hence its default walk schedule), trained by :func:`gp_couple.models.fit_gp`
+  to convergence (L-BFGS, its stopping rule) and predicted by
+  :func:`gp_couple.models.predict` on the walks ``fit_gp`` leaves, all under
+  ``grf_gp_settings()``;
 * ``exact_at_defaults`` (diagnosis): the exact kernel at the ``defaults`` model's learnt
   hyperparameters (its training drift alone).
 
@@ -127,7 +125,7 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
             with grf_gp_settings():
                 history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
             result.update(iterations=len(history), evaluations=history.evaluations, converged=history.converged,
-                          final_loss=history[-1], train_walkers=defaults.num_walkers, train_p_halt=defaults.p_halt)
+                          final_loss=history[-1], phases=history.phases)
         elif method in ("exact_at_recipe", "exact_at_defaults"):
             model, likelihood = _model(graph, train, observed, _exact_kernel(graph, hyper["gamma"], dense_limit))
             _set(model, likelihood, hyper)
@@ -162,21 +160,6 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
     result.update(test_rmse=rmse(mean, signal[test]), test_nlpd=nlpd(mean, variance, observed[test]),
                   variance_method=prediction.estimate.method, variance_error=prediction.estimate.relative_error,
                   train_s=train_s, total_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu)
-    if method == "defaults":
-        # The same trained model, predicted again with prediction walkers (README quick start).
-        with warnings.catch_warnings(record=True) as more:
-            warnings.simplefilter("always")
-            began = time.perf_counter()
-            with grf_gp_settings():
-                base.resample_for_prediction(seed=seed)
-                prediction = predict(model, likelihood, test, seed=seed)
-        caught += more
-        mean, variance = prediction.mean.double().numpy(), prediction.variance.double().numpy()
-        result.update(resampled_test_rmse=rmse(mean, signal[test]),
-                      resampled_test_nlpd=nlpd(mean, variance, observed[test]),
-                      resampled_walkers=base.num_walkers, resampled_p_halt=base.p_halt,
-                      resampled_gram_error_estimate=base.gram_error_estimate,
-                      resampled_total_s=result["total_s"] + time.perf_counter() - began)
     result.update(warnings=sorted({f"{type(w.message).__name__}: {str(w.message)[:160]}" for w in caught}))
     return result
 
@@ -246,9 +229,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            nlpd_difference=row["test_nlpd"] - exact["test_nlpd"],
                            speedup=exact["total_s"] / row["total_s"],
                            **{f"{name}_ratio": row[name] / exact[name] for name in ("outputscale", "gamma", "noise")})
-                if "resampled_test_rmse" in row:
-                    row.update(resampled_rmse_ratio=row["resampled_test_rmse"] / exact["test_rmse"],
-                               resampled_nlpd_difference=row["resampled_test_nlpd"] - exact["test_nlpd"])
     return emit_report({"benchmark": "convergence", "machine": platform.platform(), "cpus": os.cpu_count(),
                         "rows": rows}, args.json_out)
 

@@ -113,7 +113,7 @@ def grf_row(spec: str, observed: int, test: int, walkers: int, p_halt: float, it
     baseline = _start_memory(device)
     start = time.perf_counter()
     base = GRFKernel(graph, num_walkers=walkers, p_halt=p_halt, kernel_family=Diffusion(1.0), seed=seed,
-                     nodes=np.concatenate([train, test_nodes]))
+                     nodes=np.concatenate([train, test_nodes]), schedule=None)
     features = base.features
     value_bytes = torch.empty((), dtype=features.dtype).element_size()
     matrix_bytes = features.nnz * (value_bytes + 8) + (features.num_rows + 1) * 8

@@ -99,7 +99,7 @@ def run_gp(method: str, spec: str, walkers: int, p_halt: float, iterations: int,
     start = time.perf_counter()
     if method == "grf":
         base = GRFKernel(graph, num_walkers=walkers, p_halt=p_halt, kernel_family=Diffusion(1.0),
-                         seed=seed, nodes=np.concatenate([train, test]))
+                         seed=seed, nodes=np.concatenate([train, test]), schedule=None)
     else:
         base = ExactGraphKernel(graph, Diffusion(1.0))
         from gp_couple.exact import normalized_adjacency_eigh

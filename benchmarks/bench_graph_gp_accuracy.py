@@ -332,7 +332,7 @@ def split_diagonal_kernel(kernel: Any) -> Any:
     merged, minus = _merge_halves(first, second)
     split = SplitDiagonalGRFKernel(kernel.graph, num_walkers=half, p_halt=kernel.p_halt, coupling=kernel.coupling,
                                    kernel_family=kernel.kernel_family, seed=kernel.seed, nodes=kernel.nodes.numpy(),
-                                   directions=kernel.directions)
+                                   directions=kernel.directions, schedule=None)
     for name, tensor in merged.tensors().items():
         setattr(split, f"features_{name}", tensor)
     split.register_buffer("minus_weights", minus)
@@ -413,7 +413,8 @@ def run_method(spec: str, method: str, iterations: int, subset: int, seed: int, 
     else:
         first_coupling = "antithetic" if config["coupling"] == "sigma" else config["coupling"]
         base = GRFKernel(graph, num_walkers=config["walkers"], p_halt=config["p_halt"], coupling=first_coupling,
-                         directions=config["directions"], kernel_family=Diffusion(1.0), seed=seed, nodes=nodes)
+                         directions=config["directions"], kernel_family=Diffusion(1.0), seed=seed, nodes=nodes,
+                         schedule=None)
         if config["diagonal"] == "split":
             base = split_diagonal_kernel(base)
     setup = time.perf_counter() - start

@@ -73,7 +73,7 @@ def _kernel(spec: str, walkers: int, p_halt: float, seed: int) -> tuple[Any, ...
 
     graph, signal, observed, train, test = problem(spec, seed)
     kernel = GRFKernel(graph, num_walkers=walkers, p_halt=p_halt, kernel_family=Diffusion(1.0), seed=seed,
-                       nodes=np.concatenate([train, test]))
+                       nodes=np.concatenate([train, test]), schedule=None)
     return kernel, signal, observed, train, test
 
 

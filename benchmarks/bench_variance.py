@@ -61,7 +61,7 @@ def run_problem(spec: str, seed: int) -> dict[str, Any]:
         base = MatrixFreeGraphKernel(graph, family)
     else:
         base = GRFKernel(graph, num_walkers=int(walkers), kernel_family=family, nodes=np.arange(graph.num_nodes),
-                         seed=seed)
+                         seed=seed, schedule=None)
     kernel = gpytorch.kernels.ScaleKernel(base)
     likelihood = gpytorch.likelihoods.GaussianLikelihood()
     model = GraphGP(train, torch.as_tensor(observed[train], dtype=torch.float32), likelihood, kernel)

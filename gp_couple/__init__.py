@@ -37,7 +37,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                   "GaussianCopulaCoupling", "AntitheticFrequencyCoupling", "get_frequency_coupling"),
     "features.sigma_fit": ("fit_sigma_coupling",),
     "kernels": ("GRFKernel", "ExactGraphKernel", "MatrixFreeGraphKernel", "CoupledRFFKernel",
-                "CoupledRLFKernel", "fit_coupling"),
+                "CoupledRLFKernel", "WalkSchedule", "fit_coupling"),
     "operators": ("GRFGramLinearOperator", "SparseFeatureLinearOperator"),
     "models": ("GraphGP", "Prediction", "fit_gp", "predict"),
     "optimize": ("Convergence",),

@@ -32,7 +32,7 @@ from gpytorch.means import Mean, ZeroMean
 from torch import Tensor
 
 from ._nodes import node_index_tensor
-from ._random import SeedLike, seeded_torch_rng
+from ._random import SeedLike, draw_seed, seeded_torch_rng
 from .kernels.graph_node import GraphNodeKernel
 from .optimize import Convergence, TrainingHistory, minimize
 from .predictive_variance import VarianceEstimate, check_variance_method, posterior_variance
@@ -219,19 +219,32 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     vectors at every evaluation; Cholesky below gpytorch's ``max_cholesky_size``, see
     :func:`gp_couple.settings.grf_gp_settings`). Train/eval modes are restored.
 
+    Training runs in phases. After each, every graph kernel of the model may redraw its
+    random walks for the hyperparameters learnt so far
+    (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.refine_walks`: a
+    :class:`~gp_couple.kernels.grf_kernel.GRFKernel` follows its
+    :class:`~gp_couple.kernels.walk_schedule.WalkSchedule`), and if one did, training
+    continues from where it stopped on the new walks. When training ends, every graph
+    kernel prepares to predict
+    (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.prepare_prediction`: a
+    ``GRFKernel`` draws :math:`\sigma`-coupled prediction walkers). Exact kernels and
+    GRF kernels built with ``schedule=None`` train in one phase and are left as they are.
+
     :param model: The GP (in any mode).
     :param likelihood: ``model.likelihood``.
-    :param iterations: Most Adam steps or L-BFGS iterations (the paper uses 1000 Adam steps).
+    :param iterations: Most Adam steps or L-BFGS iterations per phase (the paper uses 1000 Adam steps).
     :param lr: Adam learning rate.
     :param optimizer: ``"adam"`` or ``"lbfgs"``.
     :param convergence: Stopping rule (:class:`gp_couple.optimize.Convergence`); ``None``
         runs all Adam steps (L-BFGS always stops on one).
-    :param callback: Called as ``callback(step, loss)`` after each step; returning
-        ``True`` stops training early.
+    :param callback: Called as ``callback(step, loss)`` after each step (steps count on
+        across phases); returning ``True`` stops training early.
     :param seed: Seeds the random probe vectors of CG/Lanczos training (drawn from
-        torch's global generator, which is restored afterwards), so that training is
-        reproducible; ``None`` uses the global generator as it is.
-    :return: The loss before each step and how training ended (:class:`gp_couple.optimize.TrainingHistory`).
+        torch's global generator, which is restored afterwards; phase :math:`p` uses
+        ``seed + p``), so that training is reproducible; ``None`` uses the global
+        generator as it is.
+    :return: The loss before each step of every phase and how training ended
+        (:class:`gp_couple.optimize.TrainingHistory`).
     :raises FloatingPointError: If the loss or a parameter becomes NaN or infinite (the
         result would be meaningless).
     :warns TrainingWarning: If training diverged (the last loss is clearly above the
@@ -241,16 +254,35 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     _check_pair(model, likelihood)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+    base_seed = None if seed is None else draw_seed(seed)
+    kernels = _graph_kernels(model)
     was_training = model.training
     model.train()
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+    history = TrainingHistory()
+
+    def counted(step: int, loss: float) -> bool | None:
+        return callback(len(history) + step, loss)
+
     try:
-        return minimize(lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
-                        dict(model.named_parameters()), iterations=iterations, lr=lr, optimizer=optimizer,
-                        convergence=convergence, seed=seed, callback=callback)
+        for phase in itertools.count():
+            # Every kernel is asked (no short-circuit): each redraws what it needs.
+            if phase and not any([kernel.refine_walks(phase) for kernel in kernels]):
+                break
+            history.extend_phase(minimize(
+                lambda: -mll(model(*model.train_inputs), model.train_targets).sum(), dict(model.named_parameters()),
+                iterations=iterations, lr=lr, optimizer=optimizer, convergence=convergence,
+                seed=None if base_seed is None else base_seed + phase,
+                callback=None if callback is None else counted))
+            history.phases = phase + 1
+            if history.reason == "callback":
+                break
+        for kernel in kernels:
+            kernel.prepare_prediction()
+        return history
     finally:
         model.train(was_training)
-        for kernel in _graph_kernels(model):
+        for kernel in kernels:
             kernel.check_estimator()
 
 

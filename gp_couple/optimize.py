@@ -98,11 +98,23 @@ class TrainingHistory(list):
     :ivar reason: Why it stopped: ``"converged"``, ``"iterations"`` (budget spent),
         ``"callback"`` or L-BFGS's message.
     :ivar evaluations: Objective evaluations (L-BFGS line searches evaluate more than once per iteration).
+    :ivar phases: Training phases run (:func:`gp_couple.models.fit_gp` trains again after a
+        kernel redraws its walks; the losses of all phases follow one another).
     """
 
     converged: bool = False
     reason: str = "iterations"
     evaluations: int = 0
+    phases: int = 1
+
+    def extend_phase(self, phase: TrainingHistory) -> None:
+        """Append the losses of the next phase; how training ended is the last phase's.
+
+        :param phase: The next phase's history.
+        """
+        self.extend(phase)
+        self.converged, self.reason = phase.converged, phase.reason
+        self.evaluations += phase.evaluations
 
 
 def check_schedule(iterations: Any, lr: Any) -> None:

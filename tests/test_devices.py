@@ -72,7 +72,9 @@ def test_node_inputs_are_validated_once_at_the_edge(device: torch.device,
     assert calls.count("train_nodes") == 1  # GraphGP checked train_nodes (the kernel checked its `nodes`)
     calls.clear()
     fit_gp(model, model.likelihood, iterations=3, lr=0.1, seed=0)
-    assert calls == []  # the kernel trusted the model's inputs on every training step
+    # The kernel trusted the model's inputs on every training step, also after the walk
+    # schedule redrew its walks (which checks only the walks' own start nodes).
+    assert set(calls) <= {"start_nodes"}
 
 
 def test_repeated_inputs_hit_the_kernel_caches_without_synchronising(device: torch.device) -> None:

@@ -18,7 +18,7 @@ TARGETS = torch.linspace(-1.0, 1.0, TRAIN.numel())
 
 def build(train=TRAIN, targets=TARGETS, kernel=None, **kwargs) -> GraphGP:
     likelihood = gpytorch.likelihoods.GaussianLikelihood()
-    kernel = kernel if kernel is not None else gpytorch.kernels.ScaleKernel(GRFKernel(GRAPH, seed=0))
+    kernel = kernel if kernel is not None else gpytorch.kernels.ScaleKernel(GRFKernel(GRAPH, seed=0, schedule=None))
     return GraphGP(train, targets, likelihood, kernel, **kwargs)
 
 

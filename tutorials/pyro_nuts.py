@@ -61,7 +61,7 @@ y = signal[train] + 0.05 * rng.normal(size=train.size)
 likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_prior=GammaPrior(1.1, 20.0),
                                                      noise_constraint=Positive())
 kernel = gpytorch.kernels.ScaleKernel(
-    GRFKernel(graph, num_walkers=32, p_halt=0.4, coupling="antithetic", seed=0,
+    GRFKernel(graph, num_walkers=32, p_halt=0.4, coupling="antithetic", seed=0, schedule=None,
               kernel_family=Diffusion(1.0, gamma_prior=GammaPrior(3.0, 2.0))),
     outputscale_prior=GammaPrior(2.0, 2.0))
 model = GraphGP(train, y, likelihood, kernel).double()

@@ -79,7 +79,7 @@ def make_model(base_kernel: gpytorch.kernels.Kernel) -> GraphGP:
 
 
 model = make_model(GRFKernel(graph, num_walkers=walkers, p_halt=0.1, coupling="antithetic",
-                             kernel_family=Diffusion(2.0), nodes=None, seed=0))
+                             kernel_family=Diffusion(2.0), nodes=None, seed=0, schedule=None))
 with grf_gp_settings():
     losses = fit_gp(model, model.likelihood, iterations=iterations, lr=0.05, seed=0)
 gamma = model.covar_module.base_kernel.kernel_family.gamma.item()

@@ -146,7 +146,8 @@ def train_model(graph: Graph, train_nodes: np.ndarray, train_targets: np.ndarray
     kernel = gpytorch.kernels.ScaleKernel(GRFKernel(
         graph, num_walkers=protocol.train_walkers, p_halt=protocol.p_halt, coupling="iid",
         kernel_family=get_kernel_family(protocol.family_name, **initial), seed=protocol.seed, nodes=train_nodes,
-        proposal=protocol.proposal, directions=protocol.train_directions)).to(resolve_device(protocol.device))
+        proposal=protocol.proposal, directions=protocol.train_directions, schedule=None,
+    )).to(resolve_device(protocol.device))
     likelihood = gpytorch.likelihoods.GaussianLikelihood().to(resolve_device(protocol.device))
     model = GraphGP(torch.as_tensor(train_nodes), torch.as_tensor(train_targets, dtype=torch.float32),
                     likelihood, kernel)

@@ -61,7 +61,7 @@ def _model(kind: str, graph: Any, train: np.ndarray, nodes: np.ndarray, targets:
     """A float64 GP with the priors on κ, γ and σ_n² (noise constraint Positive() to fit its prior)."""
     family = Diffusion(1.0, gamma_prior=GammaPrior(*PRIORS["gamma"]))
     base = (GRFKernel(graph, num_walkers=args.walkers, p_halt=p_halt, kernel_family=family, seed=args.seed,
-                      nodes=nodes) if kind == "grf" else ExactGraphKernel(graph, kernel_family=family))
+                      nodes=nodes, schedule=None) if kind == "grf" else ExactGraphKernel(graph, kernel_family=family))
     kernel = gpytorch.kernels.ScaleKernel(base, outputscale_prior=GammaPrior(*PRIORS["outputscale"]))
     likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_prior=GammaPrior(*PRIORS["noise"]),
                                                          noise_constraint=Positive())

@@ -5,6 +5,7 @@ from .graph_node import GraphNodeKernel
 from .grf_kernel import GRFKernel
 from .matrix_free import MatrixFreeGraphKernel
 from .random_features import CoupledRandomFeatureKernel, CoupledRFFKernel, CoupledRLFKernel, fit_coupling, gram_rmse
+from .walk_schedule import WalkSchedule
 
 __all__ = [
     "CoupledRandomFeatureKernel",
@@ -16,4 +17,5 @@ __all__ = [
     "GraphNodeKernel",
     "GRFKernel",
     "MatrixFreeGraphKernel",
+    "WalkSchedule",
 ]

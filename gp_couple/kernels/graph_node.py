@@ -157,6 +157,25 @@ class GraphNodeKernel(Kernel):
         :func:`gp_couple.models.predict`; randomised kernels override it.
         """
 
+    def refine_walks(self, phase: int) -> bool:
+        """Redraw the kernel's random draws if the current hyperparameters need better ones (exact kernels: never).
+
+        Called by :func:`gp_couple.models.fit_gp` after each training phase converges; a
+        ``True`` answer starts another phase on the new draws. Randomised kernels override
+        it (:meth:`gp_couple.kernels.grf_kernel.GRFKernel.refine_walks`).
+
+        :param phase: The training phase about to start (1 for the first redraw).
+        :return: Whether anything was redrawn.
+        """
+        return False
+
+    def prepare_prediction(self) -> None:
+        """Make the kernel ready to predict once training has ended (exact kernels: nothing to do).
+
+        Called by :func:`gp_couple.models.fit_gp` when training ends; randomised kernels
+        override it (:meth:`gp_couple.kernels.grf_kernel.GRFKernel.prepare_prediction`).
+        """
+
     def covered_nodes(self) -> Tensor | None:
         """The nodes this kernel can be evaluated at (int64 ``(m,)``), or ``None`` for every node.
 

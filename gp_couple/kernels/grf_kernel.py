@@ -33,6 +33,7 @@ the union of their rows (so it grows with the batch). The kernel passes gpytorch
 
 from __future__ import annotations
 
+import logging
 import math
 from copy import deepcopy
 from typing import Any
@@ -52,7 +53,7 @@ from ..couplings.directions import (
     get_direction_coupling,
 )
 from ..couplings.proposals import NeighbourProposal, UniformProposal, get_proposal, proposal_from_dict
-from ..couplings.walk_lengths import WalkLengthCoupling, coupling_from_dict, get_walk_length_coupling
+from ..couplings.walk_lengths import SigmaCoupling, WalkLengthCoupling, coupling_from_dict, get_walk_length_coupling
 from ..features.graph_random_features import FEATURE_KEYS, GraphRandomFeatures
 from ..features.sigma_fit import fit_sigma_coupling
 from ..graphs import Graph
@@ -62,20 +63,24 @@ from ..operators import GRFGramLinearOperator, SparseFeatureLinearOperator
 from ..sparse_pattern import CSRPattern
 from ._inputs import InputCache, same_inputs
 from .graph_node import GraphNodeKernel
+from .walk_schedule import (
+    DEFAULT_SCHEDULE,
+    MAX_PREDICT_WALKERS,
+    PREDICT_GRAM_TOLERANCE,
+    SIGMA_FIT_SAMPLES,
+    WalkSchedule,
+)
 
-__all__ = ["GRFKernel", "MAX_PREDICT_WALKERS", "PREDICT_GRAM_TOLERANCE", "PREDICT_WALKERS", "SIGMA_ORDER",
-           "TRAIN_P_HALT", "TRAIN_WALKERS"]
+__all__ = ["GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT", "TRAIN_WALKERS"]
+
+_LOG = logging.getLogger(__name__)
 
 #: Walkers per node of the training configuration (the constructor's default).
 TRAIN_WALKERS = 48
 #: Termination probability of the training configuration (the constructor's default).
 TRAIN_P_HALT = 0.1
-#: Walkers per node that :meth:`GRFKernel.resample_for_prediction` redraws.
+#: Walkers per node :meth:`GRFKernel.resample_for_prediction` starts from when it chooses the count.
 PREDICT_WALKERS = 512
-#: Most walkers per node :meth:`GRFKernel.resample_for_prediction` chooses.
-MAX_PREDICT_WALKERS = 4096
-#: Estimated relative Gram error :meth:`GRFKernel.resample_for_prediction` aims for.
-PREDICT_GRAM_TOLERANCE = 0.01
 #: Rows of the subset on which :meth:`GRFKernel.estimate_gram_error` compares two draws.
 GRAM_ERROR_ROWS = 256
 #: Order of the σ-coupling fitted for prediction (the paper's value for GPs).
@@ -97,13 +102,17 @@ class GRFKernel(GraphNodeKernel):
     upwards (footnote in Appendix C.1 "Constructing graph random features" [app:grf_approx]);
     off-diagonal entries are unbiased.
 
-    The defaults are the first training configuration of the recommended GRF-GP
-    (:func:`gp_couple.recipes.fit_grf_gp`): :data:`TRAIN_WALKERS` antithetic walkers per
-    node with repelling directions, :math:`p_\mathrm{halt} =` :data:`TRAIN_P_HALT`.
-    Before predicting, :meth:`resample_for_prediction` redraws :math:`\sigma`-coupled
-    walkers at the learnt hyperparameters, as many as a stated accuracy needs. The
-    paper's experiments pass their own settings (e.g. 16 i.i.d. walkers,
-    :math:`p_\mathrm{halt} = 0.5`).
+    The defaults are the recommended GRF-GP: training starts on :data:`TRAIN_WALKERS`
+    antithetic walkers per node with repelling directions at
+    :math:`p_\mathrm{halt} =` :data:`TRAIN_P_HALT`, and the kernel's
+    :class:`~gp_couple.kernels.walk_schedule.WalkSchedule` lets
+    :func:`gp_couple.models.fit_gp` redraw longer walks and more walkers as the learnt range
+    needs them (:meth:`refine_walks`), and :math:`\sigma`-coupled prediction walkers at the
+    learnt hyperparameters when training ends (:meth:`prepare_prediction`), as many as a
+    stated accuracy needs. ``GRFKernel(graph)`` + ``fit_gp`` + ``predict`` is therefore the
+    recommended model. The paper's experiments pass their own settings (e.g. 16 i.i.d.
+    walkers, :math:`p_\mathrm{halt} = 0.5`) with ``schedule=None``, which keeps the walks
+    as drawn.
 
     A kernel whose halting inflation (:func:`gp_couple.halting.halting_inflation`) at its
     current hyperparameters exceeds :data:`~gp_couple.halting.WARNING_INFLATION` warns
@@ -129,6 +138,10 @@ class GRFKernel(GraphNodeKernel):
         or a :class:`~gp_couple.couplings.proposals.NeighbourProposal`.
     :param directions: Direction coupling: ``"independent"``, ``"repelling"`` (default;
         repelling random walks) or a :class:`~gp_couple.couplings.directions.DirectionCoupling`.
+    :param schedule: How training redraws the walks
+        (:class:`~gp_couple.kernels.walk_schedule.WalkSchedule`, default
+        :data:`~gp_couple.kernels.walk_schedule.DEFAULT_SCHEDULE`);
+        ``None`` keeps them as drawn.
     :param kwargs: Passed to :class:`gpytorch.kernels.Kernel`.
     """
 
@@ -136,13 +149,18 @@ class GRFKernel(GraphNodeKernel):
                  coupling: str | WalkLengthCoupling = "antithetic", kernel_family: KernelFamily | None = None,
                  max_length: int | None = None, seed: SeedLike = 0, nodes: Any = None,
                  batch_shape: torch.Size = torch.Size(), proposal: str | NeighbourProposal | None = None,
-                 directions: str | DirectionCoupling | None = "repelling", **kwargs: Any) -> None:
+                 directions: str | DirectionCoupling | None = "repelling",
+                 schedule: WalkSchedule | None = DEFAULT_SCHEDULE, **kwargs: Any) -> None:
         super().__init__(graph, kernel_family, batch_shape=batch_shape, **kwargs)
         self._cache: dict[str, Any] = {}
         config = _walk_config(num_walkers, p_halt, coupling, max_length, proposal, directions)
+        if schedule is not None and not isinstance(schedule, WalkSchedule):
+            raise TypeError(f"schedule must be a WalkSchedule or None, got {type(schedule).__name__}")
         seed = _resolve_seed(seed)
         features = self._sample(config, seed, self._check_nodes(nodes), torch.get_default_dtype(),
                                 torch.device("cpu"))
+        #: How :func:`gp_couple.models.fit_gp` redraws the walks (``None``: never).
+        self.schedule: WalkSchedule | None = schedule
         self._set_config(config, seed)
         self._hold(features)
 
@@ -187,19 +205,21 @@ class GRFKernel(GraphNodeKernel):
         rng = np.random.default_rng(draw_seed(seed))
         starts = self._gram_error_candidates()
         subset = np.sort(rng.choice(starts, size=min(int(rows), starts.size), replace=False))
-        inputs = torch.as_tensor(subset, dtype=torch.float64).unsqueeze(-1)
+        config = _walk_config(self.num_walkers if num_walkers is None else num_walkers,
+                              self.p_halt if p_halt is None else p_halt,
+                              self.coupling if coupling is None else coupling, self.max_length, self.proposal,
+                              self.directions)
+        family = deepcopy(self.kernel_family).cpu().double()
         estimates = []
-        for draw in range(2):
-            probe = GRFKernel(self._graph, num_walkers=self.num_walkers if num_walkers is None else num_walkers,
-                              p_halt=self.p_halt if p_halt is None else p_halt,
-                              coupling=self.coupling if coupling is None else coupling,
-                              kernel_family=deepcopy(self.kernel_family).cpu(), max_length=self.max_length,
-                              seed=int(rng.integers(2**62)) + draw, nodes=subset, proposal=self.proposal,
-                              directions=self.directions).double()
-            with torch.no_grad():
-                estimates.append(probe(inputs).to_dense())
+        with torch.no_grad():
+            for draw in range(2):
+                features = self._sample(config, int(rng.integers(2**62)) + draw, subset, torch.float64,
+                                        torch.device("cpu"))
+                modulation = family.modulation(features.num_terms)
+                matrix = features.scipy_feature_matrix(modulation.reshape(-1, modulation.shape[-1])[0])
+                estimates.append((matrix @ matrix.T).toarray())
         mean = (estimates[0] + estimates[1]) / 2
-        return float(torch.linalg.norm(estimates[0] - estimates[1]) / math.sqrt(2) / torch.linalg.norm(mean))
+        return float(np.linalg.norm(estimates[0] - estimates[1]) / math.sqrt(2) / np.linalg.norm(mean))
 
     def _gram_error_candidates(self) -> np.ndarray:
         """The nodes :meth:`estimate_gram_error` draws its subset from (the kernel's rows)."""
@@ -245,7 +265,7 @@ class GRFKernel(GraphNodeKernel):
 
     def resample_for_prediction(self, num_walkers: int | None = None, *, tolerance: float = PREDICT_GRAM_TOLERANCE,
                                 max_walkers: int = MAX_PREDICT_WALKERS, follow_range: bool = True,
-                                seed: SeedLike = None, sigma_fit_samples: int = 100) -> GRFKernel:
+                                seed: SeedLike = None, sigma_fit_samples: int = SIGMA_FIT_SAMPLES) -> GRFKernel:
         r"""Redraw the walks for prediction: :math:`\sigma`-coupled walkers, as many as the accuracy needs.
 
         Fits a :math:`\sigma`-coupling (paper, definition of coupled GRFs; order
@@ -287,6 +307,53 @@ class GRFKernel(GraphNodeKernel):
         self.resample(base_seed + 1, num_walkers=int(num_walkers), p_halt=p_halt, coupling=sigma)
         self.gram_error_estimate = error
         return self
+
+    def refine_walks(self, phase: int) -> bool:
+        r"""Redraw the training walks if the current hyperparameters need longer walks or more walkers.
+
+        Step 2 of the :class:`~gp_couple.kernels.walk_schedule.WalkSchedule`: the termination
+        probability becomes :meth:`halting_for_range`'s, and the walker count grows until
+        the estimated relative Gram error (:meth:`walkers_for`) is within
+        ``schedule.train_tolerance`` (at most ``schedule.max_train_walkers``). The walks are
+        redrawn (seed :attr:`seed` plus one, the same coupling and directions; a
+        :math:`\sigma`-coupling, fitted for another termination probability, gives way to
+        antithetic lengths) only if the count grows or the termination probability falls
+        below four fifths of the current one.
+
+        :param phase: The training phase about to start (1 for the first redraw).
+        :return: Whether the walks were redrawn (never without a schedule, nor after
+            ``schedule.phases`` phases).
+        """
+        schedule = self.schedule
+        if schedule is None or phase >= schedule.phases:
+            return False
+        p_halt = self.halting_for_range()
+        coupling = "antithetic" if isinstance(self.coupling, SigmaCoupling) else self.coupling
+        seed = self.seed + 1
+        walkers, error = self.walkers_for(schedule.train_tolerance, start=self.num_walkers,
+                                          max_walkers=max(schedule.max_train_walkers, self.num_walkers),
+                                          p_halt=p_halt, coupling=coupling, seed=seed)
+        if not schedule.needs_redraw(walkers, self.num_walkers, p_halt, self.p_halt):
+            return False
+        _LOG.info("training phase %d: %d walkers per node at p_halt %.3g (estimated Gram error %.3g)",
+                  phase, walkers, p_halt, error)
+        self.resample(seed, num_walkers=walkers, p_halt=p_halt, coupling=coupling)
+        return True
+
+    def prepare_prediction(self) -> None:
+        """Draw the prediction walks when training ends (step 3 of the schedule).
+
+        Calls :meth:`resample_for_prediction` with the schedule's settings; does nothing
+        without a schedule or when ``schedule.predict`` is off.
+        """
+        schedule = self.schedule
+        if schedule is None or not schedule.predict:
+            return
+        self.resample_for_prediction(schedule.predict_walkers, tolerance=schedule.predict_tolerance,
+                                     max_walkers=schedule.max_predict_walkers,
+                                     sigma_fit_samples=schedule.sigma_fit_samples)
+        _LOG.info("prediction walks: %d sigma-coupled walkers per node at p_halt %.3g (estimated Gram error %.3g)",
+                  self.num_walkers, self.p_halt, self.gram_error_estimate)
 
     def _set_config(self, config: dict[str, Any], seed: int) -> None:
         self._halting_warned = False
@@ -346,7 +413,9 @@ class GRFKernel(GraphNodeKernel):
         if isinstance(nodes, str):
             if nodes != "keep":
                 raise ValueError(f"nodes must be node indices, None or 'keep', got {nodes!r}")
-            nodes = None if self._rows_are_nodes() else self.features_start_nodes.cpu().numpy()
+            rows = None if self._rows_are_nodes() else self.features_start_nodes.cpu().numpy()
+        else:
+            rows = self._check_nodes(nodes)
         config = _walk_config(self.num_walkers if num_walkers is None else num_walkers,
                               self.p_halt if p_halt is None else p_halt,
                               self.coupling if coupling is None else coupling, self.max_length,
@@ -354,7 +423,7 @@ class GRFKernel(GraphNodeKernel):
                               self.directions if directions is None else directions)
         seed = _resolve_seed(seed)
         weights = self.features_weights
-        features = self._sample(config, seed, self._check_nodes(nodes), weights.dtype, weights.device)
+        features = self._sample(config, seed, rows, weights.dtype, weights.device)
         self._set_config(config, seed)
         self._hold(features)
         return self
@@ -365,10 +434,12 @@ class GRFKernel(GraphNodeKernel):
         state = self._graph_state()
         state.update(num_walkers=self.num_walkers, p_halt=self.p_halt, coupling=self.coupling.to_dict(),
                      max_length=self.max_length, seed=self.seed, proposal=self.proposal.to_dict(),
-                     directions=self.directions.to_dict())
+                     directions=self.directions.to_dict(),
+                     schedule=None if self.schedule is None else self.schedule.to_dict())
         return state
 
-    def _check_graph_state(self, state: Any, prefix: str) -> tuple[dict[str, Any], int] | None:
+    def _check_graph_state(self, state: Any, prefix: str
+                           ) -> tuple[dict[str, Any], int, WalkSchedule | None | str] | None:
         """Check the graph identity and the whole saved walk configuration; return it validated.
 
         Loading calls this before anything is copied and :meth:`set_extra_state` applies
@@ -392,13 +463,18 @@ class GRFKernel(GraphNodeKernel):
             if not is_int(seed):
                 raise TypeError(f"seed must be an int, got {type(seed).__name__}")
             seed = _resolve_seed(seed)
+            # States saved before schedules existed keep the kernel's own.
+            schedule = WalkSchedule.from_dict(state["schedule"]) if "schedule" in state else "keep"
         except (TypeError, ValueError) as error:
             raise type(error)(f"{where}: {error}") from error
-        return config, seed
+        return config, seed, schedule
 
-    def _apply_extra_state(self, checked: tuple[dict[str, Any], int] | None) -> None:
+    def _apply_extra_state(self, checked: tuple[dict[str, Any], int, WalkSchedule | None | str] | None) -> None:
         if checked is not None:
-            self._set_config(*checked)
+            config, seed, schedule = checked
+            self._set_config(config, seed)
+            if not isinstance(schedule, str):
+                self.schedule = schedule
 
     def _reshaped_on_load(self) -> frozenset[str]:
         return frozenset(f"features_{name}" for name in FEATURE_KEYS)
@@ -449,8 +525,8 @@ class GRFKernel(GraphNodeKernel):
         """
         for name, tensor in features.tensors().items():
             self.register_buffer(f"features_{name}", tensor)
-        self._invalidate()
-        self._cache["features"] = features
+        # The remembered node indices of inputs stay valid: only what the walks give changes.
+        self._cache = {"features": features}
 
     def _features(self) -> GraphRandomFeatures:
         return self._cached("features", lambda: GraphRandomFeatures.from_tensors(
@@ -601,7 +677,7 @@ class GRFKernel(GraphNodeKernel):
         rows = self.features_start_nodes.numel()
         return (f"num_nodes={self.num_nodes}, rows={rows}, num_walkers={self.num_walkers}, "
                 f"p_halt={self.p_halt}, coupling={self.coupling!r}, proposal={self.proposal!r}, "
-                f"directions={self.directions!r}, seed={self.seed}")
+                f"directions={self.directions!r}, seed={self.seed}, schedule={self.schedule!r}")
 
 
 def _walk_config(num_walkers: Any, p_halt: Any, coupling: Any, max_length: Any, proposal: Any,

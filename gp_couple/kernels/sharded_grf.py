@@ -39,15 +39,15 @@ class ShardedGRFKernel(GRFKernel):
     :param train_nodes: All training nodes, sorted and distinct (the same on every process).
     :param collective: The processes (default: the default process group, or this process alone).
     :param kwargs: Walk configuration and hyperparameters, as for :class:`~gp_couple.kernels.grf_kernel.GRFKernel`
-        (``num_walkers``, ``p_halt``, ``coupling``, ``kernel_family``, ``seed``, ...; not ``nodes``
-        or ``batch_shape``).
+        (``num_walkers``, ``p_halt``, ``coupling``, ``kernel_family``, ``seed``, ...; not ``nodes``,
+        ``batch_shape`` or ``schedule``: the walks stay as drawn).
     :raises ValueError: If ``train_nodes`` is not sorted and distinct, has fewer nodes than
         processes, or differs between processes.
     """
 
     def __init__(self, graph: Graph, train_nodes: Any, *, collective: Collective | None = None,
                  **kwargs: Any) -> None:
-        for name in ("nodes", "batch_shape"):
+        for name in ("nodes", "batch_shape", "schedule"):
             if name in kwargs:
                 raise TypeError(f"ShardedGRFKernel takes no {name!r}: its rows are its block of train_nodes")
         collective = Collective() if collective is None else collective
@@ -59,7 +59,8 @@ class ShardedGRFKernel(GRFKernel):
         if train.size < collective.size:
             raise ValueError(f"{train.size} training nodes cannot be shared by {collective.size} processes")
         collective.check_same("train_nodes", train)
-        super().__init__(graph, nodes=train[collective.shard(train.size)], **kwargs)
+        # The walks stay as drawn: prediction walks are drawn by gp_couple.streaming chunk by chunk.
+        super().__init__(graph, nodes=train[collective.shard(train.size)], schedule=None, **kwargs)
         self.collective = collective
         self.register_buffer("train_nodes", torch.as_tensor(train, dtype=torch.int64), persistent=False)
 

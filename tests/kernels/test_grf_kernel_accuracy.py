@@ -18,7 +18,8 @@ import torch
 from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, fit_gp, grf_gp_settings, predict
 from gp_couple.features.sigma_fit import fit_sigma_coupling
 from gp_couple.graphs import Graph, grid_graph, icosphere_graph
-from gp_couple.recipes import RECOMMENDED_P_HALT as P_HALT, fit_grf_gp
+from gp_couple.kernels.grf_kernel import TRAIN_P_HALT as P_HALT
+from gp_couple.recipes import fit_grf_gp
 from tests.stats import assert_unbiased
 
 
@@ -103,7 +104,8 @@ def test_recommended_configuration_predicts_closer_to_the_converged_exact_gp_tha
     differences = []
     for seed in range(3):
         previous, previous_likelihood = _fitted(GRFKernel(graph, kernel_family=Diffusion(1.0),
-                                                          nodes=np.concatenate([train, test]), seed=seed),
+                                                          nodes=np.concatenate([train, test]), seed=seed,
+                                                          schedule=None),
                                                 train, targets, 200, optimizer="lbfgs")
         previous.covar_module.base_kernel.resample_for_prediction(512, follow_range=False, seed=seed,
                                                                   sigma_fit_samples=20)

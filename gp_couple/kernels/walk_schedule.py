@@ -1,0 +1,132 @@
+r"""How training adapts a GRF kernel's walks to the hyperparameters it learns: :class:`WalkSchedule`.
+
+What separates a GRF-GP from the exact GP is the noise of the kernel estimate
+:math:`\widehat{\mathbf K} = \Phi\Phi^\top` (paper, Appendix C.1 "Constructing graph random
+features" [app:grf_approx]). Training on a noisy estimate biases the marginal likelihood
+towards short ranges and large noise: :math:`\log\det` is concave and the quadratic form
+convex in :math:`\widehat{\mathbf K}`, and the estimate's noise grows with the range (the
+halting inflation of :mod:`gp_couple.halting`). So the walks must follow the
+hyperparameters as training moves them. A :class:`~gp_couple.kernels.grf_kernel.GRFKernel`
+carries a schedule (its constructor's default), and :func:`gp_couple.models.fit_gp`
+
+1. trains to convergence on the kernel's walks (:func:`gp_couple.optimize.minimize`);
+2. then, phase after phase, lowers :math:`p_\mathrm{halt}` to what the learnt range needs
+   (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.halting_for_range`) and raises the walker
+   count until the estimated relative Gram error at the learnt hyperparameters
+   (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.estimate_gram_error`, two independent
+   draws) is within :attr:`WalkSchedule.train_tolerance`, redraws the walks and trains to
+   convergence again from where it stopped, until the walks no longer change (no more
+   walkers, and no termination probability lower by a fifth) or :attr:`WalkSchedule.phases`
+   phases have run;
+3. fits a :math:`\sigma`-coupling (paper, definition of coupled GRFs) for the learnt kernel
+   and redraws as many prediction walkers as a relative Gram error of
+   :attr:`WalkSchedule.predict_tolerance` needs
+   (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.resample_for_prediction`).
+
+The cost follows the range the data support: short-range kernels keep their first walks,
+long-range ones get longer walks and more walkers. A kernel built with ``schedule=None``
+keeps the walks it was given (the paper's experiments, which state their own settings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from .._checks import check_even_walkers, check_fraction, check_int
+
+__all__ = ["DEFAULT_SCHEDULE", "MAX_PHASES", "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS", "PREDICT_GRAM_TOLERANCE",
+           "TRAIN_GRAM_TOLERANCE", "WalkSchedule"]
+
+#: Estimated relative Gram error the training walks aim for.
+TRAIN_GRAM_TOLERANCE = 0.03
+#: Most walkers per node in training.
+MAX_TRAIN_WALKERS = 1024
+#: Most training phases (the walks are redrawn between phases).
+MAX_PHASES = 4
+#: Estimated relative Gram error the prediction walks aim for.
+PREDICT_GRAM_TOLERANCE = 0.01
+#: Most prediction walkers per node when they are chosen for a tolerance.
+MAX_PREDICT_WALKERS = 4096
+#: Walks per node and bin when fitting the prediction walks' sigma-coupling.
+SIGMA_FIT_SAMPLES = 100
+#: The walks are redrawn for a lower termination probability only below this fraction of the current one.
+P_HALT_STEP = 0.8
+
+
+@dataclass(frozen=True)
+class WalkSchedule:
+    r"""How :func:`gp_couple.models.fit_gp` redraws a GRF kernel's walks (see the module docstring).
+
+    :param train_tolerance: Estimated relative Gram error the training walks aim for.
+    :param max_train_walkers: Most walkers per node in training (even).
+    :param phases: Most training phases (1: train once on the kernel's walks).
+    :param predict: Draw prediction walks when training ends (``False``: keep the training
+        walks, e.g. to resume training later; call
+        :meth:`~gp_couple.kernels.grf_kernel.GRFKernel.resample_for_prediction` before predicting).
+    :param predict_walkers: Prediction walkers per node (even); ``None`` chooses them for
+        ``predict_tolerance``.
+    :param predict_tolerance: Estimated relative Gram error the prediction walks aim for.
+    :param max_predict_walkers: Most prediction walkers per node when choosing (even).
+    :param sigma_fit_samples: Walks per node and bin when fitting the
+        :math:`\sigma`-coupling of the prediction walks.
+    :raises TypeError: If a count is not an int or a tolerance not a number.
+    :raises ValueError: If a walker count is odd or below 2, a tolerance is not in (0, 1)
+        or a count is below 1.
+    """
+
+    train_tolerance: float = TRAIN_GRAM_TOLERANCE
+    max_train_walkers: int = MAX_TRAIN_WALKERS
+    phases: int = MAX_PHASES
+    predict: bool = True
+    predict_walkers: int | None = None
+    predict_tolerance: float = PREDICT_GRAM_TOLERANCE
+    max_predict_walkers: int = MAX_PREDICT_WALKERS
+    sigma_fit_samples: int = SIGMA_FIT_SAMPLES
+
+    def __post_init__(self) -> None:
+        set_field = object.__setattr__
+        set_field(self, "train_tolerance", check_fraction("train_tolerance", self.train_tolerance))
+        set_field(self, "max_train_walkers", check_even_walkers("max_train_walkers", self.max_train_walkers))
+        set_field(self, "phases", check_int("phases", self.phases, 1))
+        if not isinstance(self.predict, bool):
+            raise TypeError(f"predict must be a bool, got {type(self.predict).__name__}")
+        if self.predict_walkers is not None:
+            set_field(self, "predict_walkers", check_even_walkers("predict_walkers", self.predict_walkers))
+        set_field(self, "predict_tolerance", check_fraction("predict_tolerance", self.predict_tolerance))
+        set_field(self, "max_predict_walkers", check_even_walkers("max_predict_walkers", self.max_predict_walkers))
+        set_field(self, "sigma_fit_samples", check_int("sigma_fit_samples", self.sigma_fit_samples, 1))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (:meth:`from_dict` restores it)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, state: Any) -> WalkSchedule | None:
+        """The schedule saved by :meth:`to_dict` (``None`` for a kernel without one).
+
+        :raises TypeError: If ``state`` is neither ``None`` nor a dict.
+        :raises ValueError: For unknown keys or invalid values.
+        """
+        if state is None:
+            return None
+        if not isinstance(state, dict):
+            raise TypeError(f"a walk schedule must be saved as a dict or None, got {type(state).__name__}")
+        unknown = sorted(set(state) - {field.name for field in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown walk-schedule entries {unknown}")
+        return cls(**state)
+
+    def needs_redraw(self, walkers: int, current_walkers: int, p_halt: float, current_p_halt: float) -> bool:
+        """Whether a training phase's proposed walks differ enough from the current ones to redraw.
+
+        :param walkers: Proposed walkers per node.
+        :param current_walkers: The kernel's walkers per node.
+        :param p_halt: Proposed termination probability.
+        :param current_p_halt: The kernel's termination probability.
+        """
+        return walkers > current_walkers or p_halt <= P_HALT_STEP * current_p_halt
+
+
+#: The schedule a :class:`~gp_couple.kernels.grf_kernel.GRFKernel` gets by default (the recommended GRF-GP).
+DEFAULT_SCHEDULE = WalkSchedule()

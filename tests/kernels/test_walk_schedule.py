@@ -1,0 +1,130 @@
+"""The walk schedule: fit_gp redraws a GRF kernel's walks as the learnt range needs, then draws prediction walks."""
+
+from __future__ import annotations
+
+import json
+
+import gpytorch
+import numpy as np
+import pytest
+import torch
+
+from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, WalkSchedule, fit_gp, grf_gp_settings
+from gp_couple.couplings.walk_lengths import SigmaCoupling
+from gp_couple.graphs import grid_graph
+from gp_couple.kernels.grf_kernel import TRAIN_P_HALT, TRAIN_WALKERS
+from gp_couple.kernels.walk_schedule import DEFAULT_SCHEDULE
+from gp_couple.recipes import fit_grf_gp
+
+GRAPH = grid_graph(10, 10)
+TRAIN = np.arange(0, 100, 2)
+# A long-range signal: the learnt range needs longer walks than p_halt = 0.1 gives.
+_ROW, _COLUMN = np.divmod(np.arange(100), 10)
+SIGNAL = np.sin(_ROW / 6.0) + np.cos(_COLUMN / 7.0)
+TARGETS = torch.as_tensor((SIGNAL[TRAIN] - SIGNAL[TRAIN].mean()) / SIGNAL[TRAIN].std(), dtype=torch.float64)
+QUICK = WalkSchedule(max_train_walkers=128, max_predict_walkers=256, sigma_fit_samples=10)
+
+
+def _model(**kernel_args) -> GraphGP:
+    kernel = gpytorch.kernels.ScaleKernel(GRFKernel(GRAPH, seed=0, **kernel_args))
+    return GraphGP(TRAIN, TARGETS, gpytorch.likelihoods.GaussianLikelihood(), kernel).double()
+
+
+def _fit(model: GraphGP) -> object:
+    with grf_gp_settings():
+        return fit_gp(model, model.likelihood, iterations=100, optimizer="lbfgs", seed=0)
+
+
+def test_fit_gp_follows_the_learnt_range_and_ends_with_prediction_walkers():
+    model = _model(schedule=QUICK)
+    base = model.covar_module.base_kernel
+    history = _fit(model)
+    assert history.converged and history.phases >= 2
+    assert len(history) == sum(1 for _ in history)   # one list of every phase's losses
+    # Prediction walks: sigma-coupled, at the learnt range's termination probability,
+    # as many as the tolerance needs (within the cap).
+    assert isinstance(base.coupling, SigmaCoupling)
+    assert base.p_halt == pytest.approx(base.halting_for_range())
+    assert TRAIN_WALKERS < base.num_walkers <= QUICK.max_predict_walkers
+    assert base.gram_error_estimate <= QUICK.predict_tolerance or base.num_walkers == QUICK.max_predict_walkers
+
+
+def test_a_kernel_without_schedule_keeps_its_walks():
+    model = _model(schedule=None)
+    base = model.covar_module.base_kernel
+    columns = base.features_columns.clone()
+    history = _fit(model)
+    assert history.phases == 1
+    assert torch.equal(base.features_columns, columns)
+    assert (base.num_walkers, base.p_halt, base.coupling.name) == (TRAIN_WALKERS, TRAIN_P_HALT, "antithetic")
+
+
+def test_schedule_without_prediction_keeps_the_training_walks():
+    model = _model(schedule=WalkSchedule(max_train_walkers=128, predict=False))
+    base = model.covar_module.base_kernel
+    history = _fit(model)
+    assert history.phases >= 2
+    assert base.coupling.name == "antithetic" and base.gram_error_estimate is None
+
+
+def test_refine_walks_stops_after_the_schedule_phases_and_exact_kernels_never_refine():
+    kernel = GRFKernel(GRAPH, kernel_family=Diffusion(8.0), seed=0, schedule=WalkSchedule(phases=2))
+    assert not kernel.refine_walks(2)
+    assert kernel.refine_walks(1)          # gamma 8 on p_halt 0.1 needs longer walks
+    assert kernel.p_halt == pytest.approx(kernel.halting_for_range()) and kernel.p_halt < 0.8 * TRAIN_P_HALT
+    assert not ExactGraphKernel(GRAPH).refine_walks(1)
+    ExactGraphKernel(GRAPH).prepare_prediction()   # nothing to do
+
+
+def test_the_same_seed_gives_the_same_schedule_and_fit_grf_gp_is_that_model():
+    first, second = _model(schedule=QUICK), _model(schedule=QUICK)
+    _fit(first)
+    _fit(second)
+    assert torch.equal(first.covar_module.base_kernel.features_columns,
+                       second.covar_module.base_kernel.features_columns)
+    recipe, _ = fit_grf_gp(GRAPH, TRAIN, TARGETS.float(), predict_nodes=np.setdiff1d(np.arange(100), TRAIN),
+                           max_train_walkers=128, max_predict_walkers=256, sigma_fit_samples=10, seed=0)
+    base = recipe.covar_module.base_kernel
+    assert base.schedule == QUICK
+    assert isinstance(base.coupling, SigmaCoupling)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"train_tolerance": 0.0}, ValueError, "train_tolerance"),
+    ({"predict_tolerance": 1.5}, ValueError, "predict_tolerance"),
+    ({"max_train_walkers": 7}, ValueError, "even"),
+    ({"max_predict_walkers": 2.0}, TypeError, "max_predict_walkers"),
+    ({"predict_walkers": 3}, ValueError, "even"),
+    ({"phases": 0}, ValueError, "phases"),
+    ({"predict": "yes"}, TypeError, "predict"),
+    ({"sigma_fit_samples": 0}, ValueError, "sigma_fit_samples"),
+])
+def test_bad_schedules_are_refused(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        WalkSchedule(**kwargs)
+
+
+def test_the_kernel_refuses_a_schedule_of_another_type():
+    with pytest.raises(TypeError, match="schedule must be a WalkSchedule or None"):
+        GRFKernel(GRAPH, schedule={"phases": 2})
+
+
+def test_the_schedule_round_trips_through_json_and_the_state_dict():
+    schedule = WalkSchedule(phases=2, predict_walkers=64)
+    assert WalkSchedule.from_dict(json.loads(json.dumps(schedule.to_dict()))) == schedule
+    assert WalkSchedule.from_dict(None) is None
+    with pytest.raises(ValueError, match="unknown walk-schedule entries"):
+        WalkSchedule.from_dict({"phase": 2})
+    saved = GRFKernel(GRAPH, seed=1, schedule=schedule)
+    json.dumps(saved.get_extra_state())
+    restored = GRFKernel(GRAPH, seed=2)
+    assert restored.schedule == DEFAULT_SCHEDULE
+    restored.load_state_dict(saved.state_dict())
+    assert restored.schedule == schedule
+    restored.load_state_dict(GRFKernel(GRAPH, seed=1, schedule=None).state_dict())
+    assert restored.schedule is None
+    bad = saved.state_dict()
+    bad["_extra_state"] = {**bad["_extra_state"], "schedule": {"phases": -1}}
+    with pytest.raises(ValueError, match="phases"):
+        restored.load_state_dict(bad)
+    assert restored.schedule is None     # a refused state leaves the kernel as it was
