@@ -1,7 +1,7 @@
 """How a run slows down when other processes compete for the CPU, with and without bounded thread pools.
 
-Run: ``python benchmarks/bench_contention.py [--workload short|demo] [--competitors K]
-[--threads N ...] [--json-out benchmarks/results/contention.json]``.
+Run: ``python benchmarks/bench_contention.py [--workload short|demo|lapack] [--competitors K]
+[--threads N ...] [--env NAME=VALUE ...] [--json-out benchmarks/results/contention.json]``.
 
 For each thread setting (``default``: the pools as the libraries size them, i.e. every
 CPU of the process; ``N``: the run inside :func:`gp_couple.settings.threads`), the
@@ -21,7 +21,10 @@ loaded CPU time over quiet CPU time (spinning burns CPU without progress).
 Workloads: ``short`` (default, about 10 s of CPU on a quiet core) samples GRF walks on the
 built-in mesh (numba), trains a GRF-GP for 30 Adam steps with CG/Lanczos (torch) and
 solves a dense 800 x 800 eigenproblem (LAPACK/BLAS); ``demo`` runs ``gp-couple demo``
-with its defaults (minutes).
+with its defaults (minutes); ``lapack`` factorises and inverts a 1,500 x 1,500 SPD
+matrix ten times through scipy (OpenBLAS's threaded potrf and potri). ``--env`` sets
+environment variables of the workload's interpreter (e.g. ``OPENBLAS_THREAD_TIMEOUT=4``,
+which the ``gp-couple`` commands set), read when its libraries load.
 """
 
 from __future__ import annotations
@@ -66,6 +69,15 @@ matrix = np.random.default_rng(0).standard_normal((800, 800))
 scipy.linalg.eigh(matrix + matrix.T)
 """
 
+_LAPACK = """
+import numpy as np, scipy.linalg
+vectors = np.random.default_rng(0).standard_normal((1500, 1600))
+matrix = vectors @ vectors.T / 1600 + np.eye(1500)
+for _ in range(10):
+    factor = scipy.linalg.cholesky(matrix, lower=True)
+    scipy.linalg.lapack.dpotri(factor, lower=True)
+"""
+
 _DEMO = """
 from gp_couple.cli import main
 status = main(["--quiet", "demo", "--json"])
@@ -73,8 +85,11 @@ assert status == 0, status
 """
 
 
+_WORKLOADS = {"short": _SHORT, "demo": _DEMO, "lapack": _LAPACK}
+
+
 def _driver(workload: str, threads: int | None) -> str:
-    body = _SHORT if workload == "short" else _DEMO
+    body = _WORKLOADS[workload]
     indented = "\n".join("    " + line for line in body.strip().splitlines())
     return f"from gp_couple.settings import threads\nwith threads({threads!r}):\n{indented}\n"
 
@@ -83,8 +98,9 @@ def _start_busy(stop: str, bound: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", _BUSY, stop, str(bound)], stdout=subprocess.PIPE, text=True)
 
 
-def measure(workload: str, threads: int | None, competitors: int, bound: float) -> dict[str, Any]:
-    """One run of the workload next to a probe and ``competitors`` busy loops."""
+def measure(workload: str, threads: int | None, competitors: int, bound: float,
+            environment: dict[str, str] | None = None) -> dict[str, Any]:
+    """One run of the workload next to a probe and ``competitors`` busy loops (``environment`` added to its own)."""
     with tempfile.TemporaryDirectory() as folder:
         stop = os.path.join(folder, "stop")
         probe = _start_busy(stop, bound)
@@ -92,7 +108,8 @@ def measure(workload: str, threads: int | None, competitors: int, bound: float) 
         time.sleep(0.5)  # let the load settle before the workload starts
         start = time.perf_counter()
         process = subprocess.Popen([sys.executable, "-c", _driver(workload, threads)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, **(environment or {})})
         stderr = process.stderr.read() if process.stderr else ""
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
@@ -123,23 +140,26 @@ def summarise(threads: int | str | None, quiet: dict[str, float], loaded: dict[s
             "cpu_inflation": loaded["cpu_s"] / quiet["cpu_s"]}
 
 
-def compare(workload: str, threads: int | None, competitors: int, bound: float) -> dict[str, Any]:
+def compare(workload: str, threads: int | None, competitors: int, bound: float,
+            environment: dict[str, str] | None = None) -> dict[str, Any]:
     """Quiet and loaded runs of one thread setting, and their ratios."""
-    quiet = measure(workload, threads, 0, bound)
+    quiet = measure(workload, threads, 0, bound, environment)
     print(f"threads={threads or 'default'} quiet: {quiet}", file=sys.stderr, flush=True)
-    loaded = measure(workload, threads, competitors, bound)
+    loaded = measure(workload, threads, competitors, bound, environment)
     print(f"threads={threads or 'default'} loaded: {loaded}", file=sys.stderr, flush=True)
     return summarise(threads, quiet, loaded)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=("short", "demo"), default="short")
+    parser.add_argument("--workload", choices=tuple(_WORKLOADS), default="short")
     parser.add_argument("--competitors", type=int, default=None,
                         help="busy loops of the loaded runs (default: 4 per available CPU)")
     parser.add_argument("--threads", nargs="+", default=["default", "1"],
                         help="thread settings to compare: 'default' or a count")
     parser.add_argument("--bound", type=float, default=3600.0, help="seconds after which busy loops stop")
+    parser.add_argument("--env", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="environment variables of the workload's interpreter")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
     from gp_couple.settings import available_cpus
@@ -147,8 +167,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cpus = available_cpus()
     competitors = 4 * cpus if args.competitors is None else args.competitors
     settings = [None if value == "default" else int(value) for value in args.threads]
-    results = [compare(args.workload, threads, competitors, args.bound) for threads in settings]
-    report = {"benchmark": "contention", "workload": args.workload, "available_cpus": cpus,
+    if any("=" not in item for item in args.env):
+        parser.error("--env takes NAME=VALUE items")
+    environment = dict(item.split("=", 1) for item in args.env)
+    results = [compare(args.workload, threads, competitors, args.bound, environment) for threads in settings]
+    report = {"benchmark": "contention", "workload": args.workload, "environment": environment,
+              "available_cpus": cpus,
               "competitors": competitors, "load_average_at_end": list(os.getloadavg()),
               "results": results,
               "notes": ["ratio_to_fair_share = (loaded wall / quiet wall) / (probe share quiet / probe share "

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg as sla
+import torch
 
 from .._nodes import node_index_array
 from ._arrays import as_float64, check_noise_variance
@@ -69,16 +70,21 @@ def stable_cholesky(matrix: np.ndarray, name: str = "matrix") -> tuple[np.ndarra
     """Lower Cholesky factor of a symmetric matrix, adding the least jitter that works.
 
     :return: The factor and the absolute jitter added to the diagonal (0 if none).
-    :raises ValueError: If the matrix is not PD even with the largest jitter level.
+    :raises ValueError: If the matrix has NaN or infinite entries, or is not PD even with
+        the largest jitter level.
     """
-    symmetric = 0.5 * (matrix + matrix.T)
-    scale = float(np.mean(np.abs(np.diag(symmetric)))) or 1.0
+    if not np.all(np.isfinite(matrix)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    # torch's LAPACK: OpenBLAS's threaded potrf (scipy, numpy) slows down by tens of times
+    # on cores shared with other work.
+    symmetric = torch.from_numpy(0.5 * (matrix + matrix.T))
+    scale = float(symmetric.diagonal().abs().mean()) or 1.0
     for level in JITTER_LEVELS:
         jitter = level * scale
-        try:
-            factor = sla.cholesky(symmetric + jitter * np.eye(len(symmetric)), lower=True)
-        except np.linalg.LinAlgError:
+        factor, info = torch.linalg.cholesky_ex(symmetric + jitter * torch.eye(len(symmetric), dtype=symmetric.dtype))
+        if int(info):
             continue
+        factor = factor.numpy()
         if jitter > 0:
             warnings.warn(f"{name} was not numerically positive definite; added jitter {jitter:.3g}",
                           RuntimeWarning, stacklevel=3)

@@ -257,7 +257,7 @@ def _demo(parser: argparse.ArgumentParser) -> Columns:
                         help="most prediction walkers per node of the recommended GRF-GP (even)")
     add_walk_arguments(parser)
     add_device_argument(parser)
-    add_common_arguments(parser, repeats=5)
+    add_common_arguments(parser, repeats=3)
     return "walkers", "coupling", "directions", "gram_error", "test_rmse", "kl"
 
 

@@ -47,9 +47,11 @@ class ShardedGRFKernel(GRFKernel):
 
     def __init__(self, graph: Graph, train_nodes: Any, *, collective: Collective | None = None,
                  **kwargs: Any) -> None:
-        for name in ("nodes", "batch_shape", "schedule"):
+        reasons = {"nodes": "its rows are its block of train_nodes", "batch_shape": "it has no hyperparameter batches",
+                   "schedule": "its walks stay as drawn"}
+        for name, reason in reasons.items():
             if name in kwargs:
-                raise TypeError(f"ShardedGRFKernel takes no {name!r}: its rows are its block of train_nodes")
+                raise TypeError(f"ShardedGRFKernel takes no {name!r}: {reason}")
         collective = Collective() if collective is None else collective
         train = np.asarray(train_nodes)
         if train.ndim != 1 or not np.issubdtype(train.dtype, np.integer) or train.size == 0:
