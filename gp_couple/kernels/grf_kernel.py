@@ -69,6 +69,7 @@ from .walk_schedule import (
     PREDICT_GRAM_TOLERANCE,
     SIGMA_FIT_SAMPLES,
     WalkSchedule,
+    warn_if_short,
 )
 
 __all__ = ["GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT", "TRAIN_WALKERS"]
@@ -333,6 +334,8 @@ class GRFKernel(GraphNodeKernel):
         walkers, error = self.walkers_for(schedule.train_tolerance, start=self.num_walkers,
                                           max_walkers=max(schedule.max_train_walkers, self.num_walkers),
                                           p_halt=p_halt, coupling=coupling, seed=seed)
+        warn_if_short("training", error, schedule.train_tolerance, walkers,
+                      max(schedule.max_train_walkers, self.num_walkers))
         if not schedule.needs_redraw(walkers, self.num_walkers, p_halt, self.p_halt):
             return False
         _LOG.info("training phase %d: %d walkers per node at p_halt %.3g (estimated Gram error %.3g)",
@@ -354,6 +357,9 @@ class GRFKernel(GraphNodeKernel):
                                      sigma_fit_samples=schedule.sigma_fit_samples)
         _LOG.info("prediction walks: %d sigma-coupled walkers per node at p_halt %.3g (estimated Gram error %.3g)",
                   self.num_walkers, self.p_halt, self.gram_error_estimate)
+        if schedule.predict_walkers is None:
+            warn_if_short("prediction", self.gram_error_estimate, schedule.predict_tolerance, self.num_walkers,
+                          schedule.max_predict_walkers)
 
     def _set_config(self, config: dict[str, Any], seed: int) -> None:
         self._halting_warned = False

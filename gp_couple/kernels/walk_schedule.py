@@ -30,13 +30,14 @@ keeps the walks it was given (the paper's experiments, which state their own set
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .._checks import check_even_walkers, check_fraction, check_int
 
-__all__ = ["DEFAULT_SCHEDULE", "MAX_PHASES", "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS", "PREDICT_GRAM_TOLERANCE",
-           "TRAIN_GRAM_TOLERANCE", "WalkSchedule"]
+__all__ = ["DEFAULT_SCHEDULE", "GramToleranceWarning", "MAX_PHASES", "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS",
+           "PREDICT_GRAM_TOLERANCE", "TRAIN_GRAM_TOLERANCE", "WalkSchedule", "warn_if_short"]
 
 #: Estimated relative Gram error the training walks aim for.
 TRAIN_GRAM_TOLERANCE = 0.03
@@ -52,6 +53,27 @@ MAX_PREDICT_WALKERS = 4096
 SIGMA_FIT_SAMPLES = 100
 #: The walks are redrawn for a lower termination probability only below this fraction of the current one.
 P_HALT_STEP = 0.8
+
+
+class GramToleranceWarning(RuntimeWarning):
+    """The walks stayed noisier than the schedule's tolerance: its walker cap was reached first."""
+
+
+def warn_if_short(stage: str, error: float, tolerance: float, walkers: int, cap: int) -> None:
+    """Warn that ``stage``'s walks miss ``tolerance`` at the walker cap (nothing if they meet it).
+
+    :param stage: ``"training"`` or ``"prediction"``.
+    :param error: Estimated relative Gram error of the walks drawn.
+    :param tolerance: The schedule's tolerance for that stage.
+    :param walkers: Walkers per node drawn.
+    :param cap: The schedule's most walkers per node for that stage.
+    """
+    if error > tolerance and walkers >= cap:
+        warnings.warn(f"the {stage} walks reach an estimated relative Gram error of {error:.3g} with {walkers} "
+                      f"walkers per node, above the schedule's {stage} tolerance {tolerance:g}: raise "
+                      f"max_{'train' if stage == 'training' else 'predict'}_walkers in the WalkSchedule, or use an "
+                      "exact kernel (ExactGraphKernel, MatrixFreeGraphKernel) at this range",
+                      GramToleranceWarning, stacklevel=4)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import gpytorch
 import numpy as np
@@ -13,7 +14,7 @@ from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, WalkSched
 from gp_couple.couplings.walk_lengths import SigmaCoupling
 from gp_couple.graphs import grid_graph
 from gp_couple.kernels.grf_kernel import TRAIN_P_HALT, TRAIN_WALKERS
-from gp_couple.kernels.walk_schedule import DEFAULT_SCHEDULE
+from gp_couple.kernels.walk_schedule import DEFAULT_SCHEDULE, GramToleranceWarning
 from gp_couple.recipes import fit_grf_gp
 
 GRAPH = grid_graph(10, 10)
@@ -128,3 +129,17 @@ def test_the_schedule_round_trips_through_json_and_the_state_dict():
     with pytest.raises(ValueError, match="phases"):
         restored.load_state_dict(bad)
     assert restored.schedule is None     # a refused state leaves the kernel as it was
+
+
+def test_walks_that_miss_the_tolerance_at_the_cap_warn_and_name_the_remedy():
+    model = _model(schedule=WalkSchedule(max_train_walkers=48, max_predict_walkers=8, sigma_fit_samples=10))
+    with pytest.warns(GramToleranceWarning, match="prediction walks reach .* max_predict_walkers"):
+        _fit(model)
+    assert model.covar_module.base_kernel.num_walkers == 8
+
+
+def test_walks_within_the_tolerance_do_not_warn():
+    model = _model(schedule=WalkSchedule(sigma_fit_samples=10))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GramToleranceWarning)
+        _fit(model)
