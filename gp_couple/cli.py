@@ -285,11 +285,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # busy with other work multiplies the CPU time a run burns. GNU OpenMP reads this when
     # torch loads, which is after parsing; a value the user set is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    # The same for OpenBLAS (numpy's and scipy's BLAS and LAPACK), read when numpy loads:
-    # its workers otherwise spin for about 2^28 cycles between tasks, and a threaded
-    # LAPACK factorisation on cores shared with other work then runs tens of times slower
-    # than on one thread (benchmarks/RESULTS.md, "Thread pools under CPU contention").
-    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    # OpenBLAS (numpy's and scipy's BLAS and LAPACK; torch has its own) on one thread, read
+    # when numpy loads: its threaded factorisations (potrf, potri) at the sizes the commands
+    # use are no faster on an idle machine and several times slower, burning CPU, on cores
+    # shared with other work (benchmarks/RESULTS.md, "Thread pools under CPU contention").
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = _command_in(arguments)
     parser = build_parser([command] if command in COMMANDS else [])

@@ -75,7 +75,7 @@ def stable_cholesky(matrix: np.ndarray, name: str = "matrix") -> tuple[np.ndarra
     """
     if not np.all(np.isfinite(matrix)):
         raise ValueError(f"{name} contains NaN or infinite values")
-    # torch's LAPACK: OpenBLAS's threaded potrf (scipy, numpy) slows down by tens of times
+    # torch's LAPACK: OpenBLAS's threaded potrf (scipy, numpy) slows down several times over
     # on cores shared with other work.
     symmetric = torch.from_numpy(0.5 * (matrix + matrix.T))
     scale = float(symmetric.diagonal().abs().mean()) or 1.0

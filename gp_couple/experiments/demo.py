@@ -119,8 +119,10 @@ def end_to_end(dataset: Any, train: np.ndarray, test: np.ndarray, iterations: in
                 warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
         base = model.covar_module.base_kernel
         result.update(walkers=base.num_walkers, p_halt=base.p_halt, gram_error_estimate=base.gram_error_estimate,
-                      capped_walks=[str(caught.message).split(":")[0] for caught in capped
-                                    if issubclass(caught.category, GramToleranceWarning)])
+                      # The last word of each stage (training phases may warn more than once).
+                      capped_walks=list({str(caught.message).split()[1]: str(caught.message).split(":")[0]
+                                         for caught in capped
+                                         if issubclass(caught.category, GramToleranceWarning)}.values()))
     with grf_gp_settings():
         mean, variance = predict(model, likelihood, test, seed=seed)
     mean = mean.double().cpu().numpy() * scale + shift
