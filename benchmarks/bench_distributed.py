@@ -8,8 +8,10 @@ Parts (``--parts``):
   (``--predict-walkers``; default: chosen for a relative Gram error of 0.01, the recommended
   configuration), and :class:`gp_couple.streaming.StreamedPredictor` writes the mean and
   variance of every node to a ``.npy`` file. Reported per process count: wall times of
-  each stage, peak RSS of every process, bytes of one Gram product per CG column, and the
-  test RMSE against the noiseless field. With ``--predict-subset K`` the prediction of the
+  each stage, peak RSS of every process (and of each stage, with the RSS at its end; on
+  Linux the peak is reset between stages), bytes of one Gram product per CG column, and
+  the test RMSE against the noiseless field. The predictor frees the kernel's walks once it
+  has read them (``release_kernel_walks``). With ``--predict-subset K`` the prediction of the
   first K nodes is timed too (linearity in the nodes predicted).
 * ``rff``: ``--points`` synthetic points in ``--dims`` dimensions (default 10^7 x 8),
   :class:`gp_couple.sparse_spectrum.ShardedSparseSpectrumGP` with ``--features`` frequencies
@@ -41,8 +43,44 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _status_gb(field: str) -> float | None:
+    """A size field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in GiB; ``None`` off Linux."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    """Peak RSS of this process (since the last reset by :class:`_Memory`), in GiB."""
+    peak = _status_gb("VmHWM")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20 if peak is None else peak
+
+
+class _Memory:
+    """Peak RSS per stage: the peak since the last stage (Linux resets it through ``/proc/self/clear_refs``;
+    elsewhere the peaks are cumulative) and the RSS at the end of the stage; :attr:`peak` is the process's."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, dict[str, float | None]] = {}
+        self.peak = 0.0
+        self.resets = True
+
+    def mark(self, stage: str) -> None:
+        peak = _peak_rss_gb()
+        self.stages[stage] = {"peak_gb": peak, "rss_gb": _status_gb("VmRSS")}
+        self.peak = max(self.peak, peak)
+        try:
+            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM (and ru_maxrss) to the RSS now
+        except OSError:
+            self.resets = False
+
+    def record(self) -> dict[str, Any]:
+        return {"peak_rss_gb": max(self.peak, _peak_rss_gb()), "memory_by_stage": self.stages,
+                "stage_peaks_reset": self.resets}
 
 
 def _field(rows: np.ndarray, columns: np.ndarray, side: int) -> np.ndarray:
@@ -60,11 +98,13 @@ def grf_worker(options: dict[str, Any], out: str) -> None:
     from gp_couple.streaming import StreamedPredictor
 
     timings: dict[str, float] = {}
+    memory = _Memory()
     start = time.perf_counter()
     collective = initialise("gloo", timeout=1800)
     side = options["grid"]
     graph = grid_graph(side, side)
     timings["graph"] = time.perf_counter() - start
+    memory.mark("graph")
     rng = np.random.default_rng(0)
     observed = np.sort(rng.choice(graph.num_nodes, options["observed"], replace=False))
     truth = _field(*np.divmod(observed, side), side)
@@ -74,6 +114,7 @@ def grf_worker(options: dict[str, Any], out: str) -> None:
     model, likelihood, history = fit_sharded_grf_gp(graph, observed, (targets - offset) / scale,
                                                     collective=collective, iterations=options["iterations"], seed=0)
     timings["train"] = time.perf_counter() - mark
+    memory.mark("train")
     kernel = model.covar_module.base_kernel
     # Bytes of one Gram product per column: an all-reduce over the shared nodes and an all-gather of the rows.
     inputs = model.train_inputs[0]
@@ -83,23 +124,28 @@ def grf_worker(options: dict[str, Any], out: str) -> None:
     with torch.no_grad():
         gram._matmul(torch.ones(observed.size, 1, dtype=torch.float64))
     product_bytes = collective.bytes_communicated - before
+    del gram
     mark = time.perf_counter()
     kernel.resample_for_prediction(options["predict_walkers"], max_walkers=options["max_predict_walkers"], seed=0)
     timings["prediction_walkers"] = time.perf_counter() - mark
+    memory.mark("prediction_walkers")
     mark = time.perf_counter()
-    predictor = StreamedPredictor(model, likelihood, collective=collective, target_offset=offset, target_scale=scale)
+    predictor = StreamedPredictor(model, likelihood, collective=collective, target_offset=offset, target_scale=scale,
+                                  release_kernel_walks=True)
     timings["training_side"] = time.perf_counter() - mark
+    memory.mark("training_side")
+    details = {"predict_walkers": kernel.num_walkers, "predict_p_halt": kernel.p_halt,
+               "reused_training_rows": predictor.reused_rows, "walk_block_nodes": predictor.block_size}
     for subset in options["predict_subset"]:
         mark = time.perf_counter()
         predictor.predict_all(np.arange(subset), chunk_size=options["chunk_size"])
         timings[f"predict_first_{subset}"] = time.perf_counter() - mark
+        memory.mark(f"predict_first_{subset}")
         # A partial record, kept if the run over every node is cut short.
-        partial = {"rank": collective.rank, "timings_s": dict(timings), "peak_rss_gb": _peak_rss_gb(),
-                   "predict_walkers": kernel.num_walkers, "predict_p_halt": kernel.p_halt}
+        partial = {"rank": collective.rank, "timings_s": dict(timings), **memory.record(), **details}
         Path(out + ".partial").write_text(json.dumps(partial))
     if options["subset_only"]:
-        Path(out).write_text(json.dumps({"rank": collective.rank, "timings_s": timings, "peak_rss_gb": _peak_rss_gb(),
-                                         "predict_walkers": kernel.num_walkers, "predict_p_halt": kernel.p_halt,
+        Path(out).write_text(json.dumps({"rank": collective.rank, "timings_s": timings, **memory.record(), **details,
                                          "training_shared_nodes": int(shared.num_shared),
                                          "training_touched_nodes": int(shared.num_touched),
                                          "bytes_communicated": collective.bytes_communicated,
@@ -109,8 +155,9 @@ def grf_worker(options: dict[str, Any], out: str) -> None:
     mark = time.perf_counter()
     predictor.write(path, chunk_size=options["chunk_size"])
     timings["predict_all"] = time.perf_counter() - mark
+    memory.mark("predict_all")
     timings["total"] = time.perf_counter() - start
-    result: dict[str, Any] = {"rank": collective.rank, "timings_s": timings, "peak_rss_gb": _peak_rss_gb(),
+    result: dict[str, Any] = {"rank": collective.rank, "timings_s": timings, **memory.record(), **details,
                               "bytes_communicated": collective.bytes_communicated}
     if collective.rank == 0:
         predictions = np.load(path, mmap_mode="r")
@@ -170,7 +217,7 @@ def launch(part: str, processes: int, options: dict[str, Any]) -> list[dict[str,
     print(f"{part}: {processes} process(es), files in {folder}", file=sys.stderr, flush=True)
     options = {**options, "folder": folder}
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes),
-               "--master-port", str(29500 + processes), __file__, "--worker", part, json.dumps(options)]
+               "--master-port", str(options["port"] + processes), __file__, "--worker", part, json.dumps(options)]
     threads = str(max(1, options["cpus"] // processes))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "NUMBA_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
            "OPENBLAS_NUM_THREADS": threads, "PYTHONPATH": str(REPO)}
@@ -216,6 +263,9 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=256)
     parser.add_argument("--cpus", type=int, default=os.cpu_count() or 1,
                         help="threads shared by the processes of one run")
+    parser.add_argument("--port", type=int, default=29500,
+                        help="the rendezvous of a run with P processes listens on port + P (other runs on the "
+                             "machine need another)")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
     options = {key: value for key, value in vars(args).items() if key not in ("parts", "processes", "json_out")}

@@ -6,7 +6,8 @@ r"""Training a GRF-GP with its observed nodes sharded across processes (torch.di
 marginal likelihood runs on the sharded Gram operator, and the kernel-family gradients
 are summed over the processes. Every process then holds the same trained model; predict
 with :class:`gp_couple.streaming.StreamedPredictor`, which splits the prediction nodes
-across the processes.
+across the processes (with ``release_kernel_walks=True`` when the model is only predicted
+from: each process's walks are freed once the predictor has read them).
 
 What is replicated and what is sharded (``docs/scaling_out.rst`` has the measurements):
 

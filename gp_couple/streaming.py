@@ -26,6 +26,14 @@ the exact posterior of the GRF kernel (paper, Appendix F.2 "Scalable GPs on grap
 meet :math:`v`'s), so the quadratic form costs the square of its support, computed row by
 row in a compiled loop: each node's numbers do not depend on its chunk.
 
+Memory: :math:`\mathbf A^{-1}` is held in LAPACK's rectangular full packed format
+(``?pftrf``, ``?pftri``: the blocked Cholesky factorisation and inverse, on
+:math:`n(n+1)/2` numbers, half the dense matrix, factorised and inverted in place);
+:math:`\Phi_X` is read from the kernel's own rows where it holds them (the same walks,
+since walks are keyed by start node) instead of being sampled again; and the walks of a
+chunk are sampled in blocks of about :data:`WALK_ENTRIES` walk steps, so the memory of the
+walks being sampled grows with neither the walker count nor the chunk size.
+
 Across processes (:mod:`gp_couple.distributed`), chunk :math:`i` is predicted by rank
 :math:`i \bmod P`; rank 0 gathers the chunks in order and writes the file.
 """
@@ -48,30 +56,70 @@ from ._checks import check_int
 from ._files import PathLike, atomic_write, check_output_file
 from ._nodes import node_index_array
 from .distributed import Collective
+from .features.graph_random_features import GraphRandomFeatures
 from .kernels.grf_kernel import GRFKernel
 from .predictive_variance import DENSE_VARIANCE_SIZE
 from .progress import progress
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "StreamedPredictor"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "WALK_ENTRIES", "StreamedPredictor"]
 
-#: Prediction nodes whose walks are sampled at once.
+#: Prediction nodes per chunk: the unit shared among the processes and gathered.
 DEFAULT_CHUNK_SIZE = 4096
+#: Walk steps (nodes x walkers x expected steps per walk) sampled at once when predicting.
+WALK_ENTRIES = 1 << 22
 #: Training rows of the covariance formed at once.
 _GRAM_BLOCK = 512
+#: LAPACK's rectangular full packed format: not transposed, lower triangle.
+_RFP = {"transr": "N", "uplo": "L"}
+
+
+@njit(cache=True, inline="always")
+def _packed_index(row, column, size, half):  # pragma: no cover - compiled
+    """Position of entry ``(row, column)``, ``row >= column``, of a symmetric ``size x size`` matrix (``size``
+    even, ``half = size // 2``) in LAPACK's rectangular full packed format (``TRANSR='N'``, ``UPLO='L'``)."""
+    if column < half:
+        return (size + 1) * column + row + 1
+    return (size + 1) * (row - half) + column - half
+
+
+@njit(cache=True)
+def _pack_rows(block, first, size, half, packed):  # pragma: no cover - compiled
+    """Write the lower triangle of rows ``first, first + 1, ...`` (``block``) of a symmetric matrix into ``packed``."""
+    for r in range(block.shape[0]):
+        row = first + r
+        for column in range(row + 1):
+            packed[_packed_index(row, column, size, half)] = block[r, column]
 
 
 @njit(parallel=True, cache=True)
-def _quadratic_forms(indptr, indices, data, lower, out):  # pragma: no cover - compiled
-    """``out[r] = k_r^T M k_r`` for the sorted sparse rows ``k_r`` of a CSR matrix, ``M`` symmetric given by
-    its ``lower`` triangle (one row per iteration: each result depends on its row only)."""
+def _feature_rows(row_pointer, columns, slot_pointer, steps, weights, modulation, rows, indptr, out_columns,
+                  out_values):  # pragma: no cover - compiled
+    """Rows ``rows`` of :math:`\\Phi = \\sum_t f(t)\\Phi_t` from the walk decomposition, into a CSR matrix whose
+    ``indptr`` is given: each slot's value sums ``weights[e] * modulation[steps[e]]`` over its entries in order."""
+    for r in prange(rows.size):
+        first = row_pointer[rows[r]]
+        target = indptr[r]
+        for k in range(row_pointer[rows[r] + 1] - first):
+            slot = first + k
+            total = 0.0
+            for e in range(slot_pointer[slot], slot_pointer[slot + 1]):
+                total += weights[e] * modulation[steps[e]]
+            out_columns[target + k] = columns[slot]
+            out_values[target + k] = total
+
+
+@njit(parallel=True, cache=True)
+def _quadratic_forms(indptr, indices, data, packed, size, half, out):  # pragma: no cover - compiled
+    """``out[r] = k_r^T M k_r`` for the sorted sparse rows ``k_r`` of a CSR matrix, ``M`` symmetric in the
+    rectangular full packed format (one row per iteration: each result depends on its row only)."""
     for r in prange(indptr.size - 1):
         lo, hi = indptr[r], indptr[r + 1]
         total = 0.0
         for a in range(lo, hi):
-            row = lower[indices[a]]
-            inner = row[indices[a]] * data[a]
+            row = indices[a]
+            inner = packed[_packed_index(row, row, size, half)] * data[a]
             for b in range(lo, a):
-                inner += 2.0 * row[indices[b]] * data[b]
+                inner += 2.0 * packed[_packed_index(row, indices[b], size, half)] * data[b]
             total += data[a] * inner
         out[r] = total
 
@@ -99,12 +147,24 @@ def _constant_mean(model: Any) -> float:
     raise TypeError(f"StreamedPredictor needs a ZeroMean or ConstantMean, got {type(mean).__name__}")
 
 
+def _lapack_info(routine: str, info: int) -> None:
+    if info > 0:
+        raise ValueError(f"the training covariance is not positive definite (LAPACK {routine} info {info}); "
+                         "is the noise variance zero?")
+    if info < 0:  # pragma: no cover - an argument error of the call itself
+        raise RuntimeError(f"LAPACK {routine} refused argument {-info}")
+
+
 class StreamedPredictor:
     r"""Posterior means and variances of a trained GRF-GP, for nodes streamed in chunks.
 
     Built once from the trained model (the training side: one float64 factorisation of
     :math:`\mathbf A` and the weights :math:`\mathbf w`), then :meth:`predict` any nodes,
     or :meth:`write` the predictions at every node (or any set) to a ``.npy`` file.
+    The features of the observed nodes are the kernel's own rows where it holds them in
+    float64 (walks are keyed by start node, so they equal a fresh draw), sampled
+    otherwise (the other processes' rows of a
+    :class:`~gp_couple.kernels.sharded_grf.ShardedGRFKernel`, or a float32 kernel's).
 
     :param model: A trained :class:`~gp_couple.models.GraphGP` whose covariance is a
         :class:`~gp_couple.kernels.grf_kernel.GRFKernel` (or a ``ScaleKernel`` of one), with a
@@ -118,13 +178,19 @@ class StreamedPredictor:
         model was trained on standardised targets: means are mapped back by
         ``offset + scale * mean``, variances by ``scale ** 2 * variance``.
     :param target_scale: See ``target_offset`` (positive).
-    :raises TypeError: For another kind of model, mean or likelihood.
+    :param release_kernel_walks: Free the kernel's walks once the observed nodes' features are
+        read from them, before the training side is factorised, so that the two never take
+        memory together. For a model that is only predicted from: the kernel (which needs a
+        ``release_walks`` method, e.g. :class:`~gp_couple.kernels.sharded_grf.ShardedGRFKernel`)
+        then evaluates nothing until it is resampled.
+    :raises TypeError: For another kind of model, mean or likelihood, or ``release_kernel_walks``
+        with a kernel that cannot release its walks.
     :raises ValueError: If the model has more than
         :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed nodes.
     """
 
     def __init__(self, model: Any, likelihood: Any, *, collective: Collective | None = None,
-                 target_offset: float = 0.0, target_scale: float = 1.0) -> None:
+                 target_offset: float = 0.0, target_scale: float = 1.0, release_kernel_walks: bool = False) -> None:
         if not isinstance(likelihood, gpytorch.likelihoods.GaussianLikelihood):
             raise TypeError(f"likelihood must be a GaussianLikelihood, got {type(likelihood).__name__}")
         if not (math.isfinite(target_offset) and math.isfinite(target_scale) and target_scale > 0):
@@ -132,6 +198,9 @@ class StreamedPredictor:
                              f"{target_scale!r}")
         self.target_offset, self.target_scale = float(target_offset), float(target_scale)
         self.kernel, self.outputscale = _grf_parts(model)
+        if release_kernel_walks and not callable(getattr(self.kernel, "release_walks", None)):
+            raise TypeError(f"release_kernel_walks needs a kernel with release_walks (a ShardedGRFKernel), got "
+                            f"{type(self.kernel).__name__}")
         self.mean = _constant_mean(model)
         self.noise = float(likelihood.noise.detach().reshape(-1)[0])
         self.collective = Collective() if collective is None else collective
@@ -140,52 +209,115 @@ class StreamedPredictor:
             raise ValueError(f"streamed prediction factorises the training covariance densely; the model has "
                              f"{train.size} observed nodes, more than {DENSE_VARIANCE_SIZE}")
         targets = model.train_targets.detach().double().cpu().numpy()
+        #: Nodes whose walks are sampled at once (about :data:`WALK_ENTRIES` walk steps).
+        self.block_size = max(1, int(WALK_ENTRIES * self.kernel.p_halt / self.kernel.num_walkers))
         with torch.no_grad():
-            features = self._features(train)
+            features, reused = self._training_features(train)
+        #: Rows of the training features taken from the kernel's own walks (the others were sampled).
+        self.reused_rows = reused
+        if release_kernel_walks:
+            self.kernel.release_walks()
+        #: The nodes the training walks touch (sorted): the columns of the training features.
         self.touched = np.unique(features.indices)
-        features = self._restricted(features)
-        self.train_features = features
-        # One n x n buffer: the covariance (filled by row blocks, so the sparse product never
-        # exists whole), factorised and then inverted in place (LAPACK potrf, potri).
-        precision = np.empty((train.size, train.size))
-        transposed = features.T.tocsr()
+        compact = np.searchsorted(self.touched, features.indices).astype(features.indices.dtype)
+        features = sp.csr_matrix((features.data, compact, features.indptr), shape=(train.size, self.touched.size))
+        del compact
+        # Phi_X^T by rows, the only copy kept: the covariance by row blocks (so the sparse product never
+        # exists whole) and the cross-covariances of the prediction chunks.
+        self._train_columns = features.T.tocsr()
+        self._train_columns.sort_indices()
+        del features
+        # A^{-1} in the rectangular full packed format: n(n+1)/2 numbers (n padded to even with a unit
+        # diagonal entry, which leaves the rest of the inverse unchanged), factorised and inverted in place.
+        self._packed_size = train.size + train.size % 2
+        self._half = self._packed_size // 2
+        packed = np.empty(self._packed_size * (self._packed_size + 1) // 2)
         for start in range(0, train.size, _GRAM_BLOCK):
-            precision[start:start + _GRAM_BLOCK] = (features[start:start + _GRAM_BLOCK] @ transposed).toarray()
-        precision *= self.outputscale
-        precision[np.diag_indices_from(precision)] += self.noise
-        factor, info = scipy.linalg.lapack.dpotrf(precision, lower=True, overwrite_a=True, clean=False)
-        if info:
-            raise ValueError(f"the training covariance is not positive definite (LAPACK potrf info {info}); "
-                             "is the noise variance zero?")
-        alpha, _ = scipy.linalg.lapack.dpotrs(factor, targets - self.mean, lower=True)
-        self.weights = self.outputscale * (features.T @ alpha)
-        # Only the lower triangle is set (and read by the quadratic forms).
-        self.train_precision, _ = scipy.linalg.lapack.dpotri(factor, lower=True, overwrite_c=True)
+            block = (self._train_columns[:, start:start + _GRAM_BLOCK].T.tocsr() @ self._train_columns).toarray()
+            block *= self.outputscale
+            diagonal = np.arange(block.shape[0])
+            block[diagonal, start + diagonal] += self.noise
+            _pack_rows(block, start, self._packed_size, self._half, packed)
+        if self._packed_size > train.size:
+            unit = np.zeros((1, self._packed_size))
+            unit[0, -1] = 1.0
+            _pack_rows(unit, train.size, self._packed_size, self._half, packed)
+        factor, info = scipy.linalg.lapack.dpftrf(self._packed_size, packed, overwrite_a=True, **_RFP)
+        _lapack_info("pftrf", info)
+        residual = np.zeros((self._packed_size, 1))
+        residual[:train.size, 0] = targets - self.mean
+        alpha, info = scipy.linalg.lapack.dpftrs(self._packed_size, factor, residual, overwrite_b=True, **_RFP)
+        _lapack_info("pftrs", info)
+        self.weights = self.outputscale * (self._train_columns @ alpha[:train.size, 0])
+        #: :math:`\mathbf A^{-1}` in LAPACK's rectangular full packed format (lower triangle, not transposed).
+        self.train_precision, info = scipy.linalg.lapack.dpftri(self._packed_size, factor, overwrite_a=True, **_RFP)
+        _lapack_info("pftri", info)
 
     @property
     def num_nodes(self) -> int:
         """Number of nodes of the graph."""
         return self.kernel.num_nodes
 
+    def _training_features(self, train: np.ndarray) -> tuple[sp.csr_matrix, int]:
+        """:math:`\\Phi_X` (float64 CSR over all graph nodes) and how many of its rows are the kernel's own.
+
+        The kernel's rows of float64 walks are used as they are; the other training nodes are sampled.
+        """
+        held = self.kernel.features
+        starts = held.start_nodes.cpu().numpy()
+        position = np.full(train.size, -1, dtype=np.int64)
+        if held.dtype == torch.float64 and starts.size:
+            order = np.argsort(starts, kind="stable")
+            slot = np.minimum(np.searchsorted(starts[order], train), starts.size - 1)
+            found = starts[order][slot] == train
+            position[found] = order[slot[found]]
+        found = position >= 0
+        missing = train[~found]
+        pieces = [self._feature_matrix(held, position[found])] if found.any() else []
+        pieces += [self._features(missing[start:start + self.block_size])
+                   for start in range(0, missing.size, self.block_size)]
+        features = sp.vstack(pieces, format="csr") if len(pieces) > 1 else pieces[0]
+        stacked = np.concatenate([np.flatnonzero(found), np.flatnonzero(~found)])
+        if np.any(stacked != np.arange(train.size)):
+            features = features[np.argsort(stacked)]
+        return features, int(found.sum())
+
+    def _feature_matrix(self, features: GraphRandomFeatures, rows: np.ndarray | None = None) -> sp.csr_matrix:
+        """Rows ``rows`` (default all) of :math:`\\Phi` of sampled walks, float64 CSR over all graph nodes.
+
+        The values of :meth:`~gp_couple.features.graph_random_features.GraphRandomFeatures.values` at the
+        kernel's hyperparameters, computed for the selected rows only and without a per-entry array.
+        """
+        modulation = self.kernel.kernel_family.modulation(features.num_terms)
+        modulation = modulation.detach().reshape(-1, modulation.shape[-1])[0].double().cpu().numpy()
+        row_pointer = features.row_pointer.cpu().numpy()
+        rows = np.arange(features.num_rows) if rows is None else rows
+        indptr = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(row_pointer[rows + 1] - row_pointer[rows], out=indptr[1:])
+        columns = features.columns.cpu().numpy()
+        out_columns, values = np.empty(int(indptr[-1]), dtype=columns.dtype), np.empty(int(indptr[-1]))
+        _feature_rows(row_pointer, columns, features.slot_pointer.cpu().numpy(), features.steps.cpu().numpy(),
+                      features.weights.cpu().numpy(), modulation, rows, indptr, out_columns, values)
+        return sp.csr_matrix((values, out_columns, indptr), shape=(rows.size, features.num_nodes))
+
     def _features(self, nodes: np.ndarray) -> sp.csr_matrix:
         """:math:`\\Phi` of ``nodes`` (float64 CSR over all graph nodes), from the kernel's walk configuration."""
-        features = self.kernel.sample_features(nodes, torch.float64)
-        modulation = self.kernel.kernel_family.modulation(features.num_terms)
-        return features.scipy_feature_matrix(modulation.reshape(-1, modulation.shape[-1])[0])
+        return self._feature_matrix(self.kernel.sample_features(nodes, torch.float64))
 
     def _restricted(self, features: sp.csr_matrix) -> sp.csr_matrix:
         """The columns of ``features`` that training walks touched, in the compact order of :attr:`touched`."""
         position = np.searchsorted(self.touched, features.indices)
         position = np.minimum(position, self.touched.size - 1)
         keep = self.touched[position] == features.indices
-        rows = np.repeat(np.arange(features.shape[0]), np.diff(features.indptr))
-        return sp.csr_matrix((features.data[keep], (rows[keep], position[keep])),
+        kept = np.zeros(keep.size + 1, dtype=np.int64)
+        np.cumsum(keep, out=kept[1:])
+        return sp.csr_matrix((features.data[keep], position[keep], kept[features.indptr]),
                              shape=(features.shape[0], self.touched.size))
 
     def predict(self, nodes: Any, *, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Means and variances at ``nodes`` (float64), computed here (no collectives).
 
-        :param nodes: Node indices (any number; memory grows with their walks).
+        :param nodes: Node indices (any number; their walks are sampled :attr:`block_size` nodes at a time).
         :param noise: Variances of noisy observations (``True``) or of the latent function.
         :return: ``(mean, variance)``, each of shape ``(len(nodes),)``.
         :raises ValueError: For node indices outside the graph.
@@ -194,30 +326,41 @@ class StreamedPredictor:
         return self._predict(index, noise)
 
     def _predict(self, nodes: np.ndarray, noise: bool) -> tuple[np.ndarray, np.ndarray]:
-        if nodes.size == 0:
-            return np.zeros(0), np.zeros(0)
+        mean, variance = np.empty(nodes.size), np.empty(nodes.size)
+        for start in range(0, nodes.size, self.block_size):
+            part = slice(start, start + self.block_size)
+            mean[part], variance[part] = self._predict_block(nodes[part])
+        if noise:
+            variance += self.noise
+        return self.target_offset + self.target_scale * mean, self.target_scale ** 2 * variance
+
+    def _predict_block(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Means and latent variances (standardised) at ``nodes``, whose walks are sampled at once."""
         with torch.no_grad():
             features = self._features(nodes)
         prior = self.outputscale * np.asarray(features.multiply(features).sum(axis=1)).reshape(-1)
         restricted = self._restricted(features)
+        del features
         mean = self.mean + restricted @ self.weights
-        cross = (restricted @ self.train_features.T).tocsr()
+        cross = (restricted @ self._train_columns).tocsr()
         cross.sort_indices()
         quadratic = np.empty(nodes.size)
         _quadratic_forms(cross.indptr.astype(np.int64), cross.indices.astype(np.int64),
-                         cross.data * self.outputscale, self.train_precision, quadratic)
-        variance = np.maximum(prior - quadratic, 0.0) + (self.noise if noise else 0.0)
-        return self.target_offset + self.target_scale * mean, self.target_scale ** 2 * variance
+                         cross.data * self.outputscale, self.train_precision, self._packed_size, self._half,
+                         quadratic)
+        return mean, np.maximum(prior - quadratic, 0.0)
 
-    def _rounds(self, nodes: np.ndarray, chunk_size: int, noise: bool) -> Iterator[list[np.ndarray]]:
+    def _rounds(self, nodes: np.ndarray | range, chunk_size: int, noise: bool) -> Iterator[list[np.ndarray]]:
         """Chunk by chunk, in order, every rank's share gathered: rank ``i mod P`` predicts chunk ``i``."""
-        chunks = [nodes[start:start + chunk_size] for start in range(0, nodes.size, chunk_size)]
+        num_chunks = math.ceil(len(nodes) / chunk_size)
         size = self.collective.size
-        for first in progress(range(0, len(chunks), size), description="predicting",
-                              total=math.ceil(len(chunks) / size), unit="round"):
-            mine = first + self.collective.rank
-            yield [chunk for chunk in self._gathered(chunks[mine] if mine < len(chunks) else nodes[:0], noise)
-                   if chunk.shape[0]]
+        for first in progress(range(0, num_chunks, size), description="predicting",
+                              total=math.ceil(num_chunks / size), unit="round"):
+            start = (first + self.collective.rank) * chunk_size
+            chunk = nodes[start:start + chunk_size]  # empty past the last chunk
+            if isinstance(chunk, range):
+                chunk = np.arange(chunk.start, chunk.stop, dtype=np.int64)
+            yield [block for block in self._gathered(chunk, noise) if block.shape[0]]
 
     def _gathered(self, chunk: np.ndarray, noise: bool) -> list[np.ndarray]:
         mean, variance = self._predict(chunk, noise)
@@ -231,7 +374,8 @@ class StreamedPredictor:
         Every process must call it with the same arguments and gets the whole result.
 
         :param nodes: Node indices (default: all nodes in order).
-        :param chunk_size: Nodes whose walks are sampled at once (bounds the memory).
+        :param chunk_size: Nodes per chunk, the unit shared among the processes (their walks are
+            sampled :attr:`block_size` nodes at a time, whatever the chunk size).
         :param noise: Variances of noisy observations or of the latent function.
         :return: ``(mean, variance)`` in the order of ``nodes``.
         """
@@ -247,13 +391,13 @@ class StreamedPredictor:
         The file holds a float64 array of shape ``(len(nodes), 2)``: column 0 the means,
         column 1 the variances, row ``i`` for ``nodes[i]`` (row ``v`` for node ``v`` by
         default). Read it with ``numpy.load(path, mmap_mode="r")``. Rank 0 writes it
-        atomically (a temporary file in the same folder, renamed at the end); memory stays
-        bounded by the chunk size whatever the number of nodes. Every process must call
+        atomically (a temporary file in the same folder, renamed at the end); memory does
+        not grow with the number of nodes. Every process must call
         it with the same arguments.
 
         :param path: The ``.npy`` file (checked before any work; missing folders are created).
         :param nodes: Node indices (default: all nodes in order).
-        :param chunk_size: Nodes whose walks are sampled at once.
+        :param chunk_size: Nodes per chunk, the unit shared among the processes.
         :param noise: Variances of noisy observations or of the latent function.
         :raises ValueError: If ``path`` does not end in ``.npy``, is a folder, or its folder cannot be written.
         """
@@ -271,18 +415,18 @@ class StreamedPredictor:
         with atomic_write(path, "wb") as handle:
             np.lib.format.write_array_header_2_0(
                 handle, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float64)), "fortran_order": False,
-                         "shape": (int(index.size), 2)})
+                         "shape": (len(index), 2)})
             for blocks in self._rounds(index, int(chunk_size), noise):
                 for block in blocks:
                     handle.write(np.ascontiguousarray(block, dtype=np.float64).tobytes())
         self.collective.barrier()
 
-    def _prediction_nodes(self, nodes: Any, chunk_size: int, noise: bool) -> np.ndarray:
+    def _prediction_nodes(self, nodes: Any, chunk_size: int, noise: bool) -> np.ndarray | range:
+        """The validated nodes (every node: a ``range``, so that no array grows with the graph)."""
         check_int("chunk_size", chunk_size, 1)
         if not isinstance(noise, bool):
             raise TypeError(f"noise must be a bool, got {type(noise).__name__}")
-        index = np.arange(self.num_nodes, dtype=np.int64) if nodes is None else \
-            node_index_array(nodes, "nodes", self.num_nodes)
-        self.collective.check_same("prediction nodes", (index.size, int(index[:1].sum()), int(index[-1:].sum()),
-                                                        int(chunk_size), noise))
+        index = range(self.num_nodes) if nodes is None else node_index_array(nodes, "nodes", self.num_nodes)
+        ends = (int(index[0]), int(index[-1])) if len(index) else (0, 0)
+        self.collective.check_same("prediction nodes", (len(index), *ends, int(chunk_size), noise))
         return index

@@ -86,14 +86,14 @@ def fit_and_predict_grf(collective: Any, chunk_size: int, path: Path) -> dict[st
                                                     num_walkers=16, seed=3)
     kernel = model.covar_module.base_kernel
     kernel.resample_for_prediction(num_walkers=None, max_walkers=64, tolerance=0.2, seed=4, sigma_fit_samples=10)
-    predictor = StreamedPredictor(model, likelihood, collective=collective)
+    predictor = StreamedPredictor(model, likelihood, collective=collective, release_kernel_walks=True)
     mean, variance = predictor.predict_all(chunk_size=chunk_size)
     predictor.write(path, chunk_size=chunk_size)
     return {"losses": np.asarray(history), "gamma": np.asarray(float(kernel.kernel_family.gamma.detach())),
             "outputscale": np.asarray(float(model.covar_module.outputscale.detach())),
             "noise": np.asarray(float(likelihood.noise.detach())), "walkers": np.asarray(kernel.num_walkers),
             "p_halt": np.asarray(kernel.p_halt), "permutation": kernel.coupling.permutation,
-            "mean": mean, "variance": variance}
+            "reused_rows": np.asarray(predictor.reused_rows), "mean": mean, "variance": variance}
 
 
 def tabular_problem() -> tuple[Any, Any, Any]:

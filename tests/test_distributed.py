@@ -31,6 +31,8 @@ def test_two_processes_fit_and_predict_a_grf_gp_like_one(tmp_path) -> None:  # t
         _close(double[key], single[key])
     for key in ("walkers", "p_halt", "permutation"):
         np.testing.assert_array_equal(double[key], single[key])
+    # The predictor reuses the rows each process's kernel holds (its block of the 60 observed nodes).
+    assert int(single["reused_rows"]) == 60 and int(double["reused_rows"]) == 30
     for key in ("mean", "variance"):
         _close(double[key], single[key])
     written = np.load(tmp_path / "predictions_2.npy")

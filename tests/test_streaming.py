@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import gpytorch
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import torch
 from gp_couple import Diffusion, GraphGP, GRFKernel, grf_gp_settings, predict
 from gp_couple.features.graph_random_features import GraphRandomFeatures
 from gp_couple.graphs import grid_graph
+from gp_couple.kernels.sharded_grf import ShardedGRFKernel
 from gp_couple.streaming import StreamedPredictor
 
 
@@ -70,6 +73,100 @@ def test_predictions_of_a_node_do_not_depend_on_the_other_nodes(trained) -> None
     np.testing.assert_array_equal(variance, all_variance[nodes])
 
 
+def test_the_training_side_reuses_the_kernels_rows(trained, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    model, likelihood, train = trained
+    kernel = model.covar_module.base_kernel
+    reference = StreamedPredictor(model, likelihood)
+    calls = []
+    monkeypatch.setattr(kernel, "sample_features", lambda *args, **kwargs: calls.append(args) or None)
+    predictor = StreamedPredictor(model, likelihood)
+    assert calls == [] and predictor.reused_rows == train.size
+    # The walks are keyed by start node: the held rows are what sampling them again gives.
+    monkeypatch.undo()
+    features = kernel.features
+    library = features.scipy_feature_matrix(kernel.kernel_family.modulation(features.num_terms).detach())
+    ours = predictor._feature_matrix(features)
+    np.testing.assert_array_equal(ours.indptr, library.indptr)
+    np.testing.assert_array_equal(ours.indices, library.indices)
+    np.testing.assert_allclose(ours.data, library.data, rtol=1e-14, atol=0)
+    held, _ = predictor._training_features(train)
+    sampled = predictor._features(train)
+    np.testing.assert_array_equal(held.indptr, sampled.indptr)
+    np.testing.assert_array_equal(held.indices, sampled.indices)
+    np.testing.assert_array_equal(held.data, sampled.data)
+    # A^{-1} is held packed: n (n + 1) / 2 numbers.
+    assert predictor.train_precision.shape == (train.size * (train.size + 1) // 2,)
+    for a, b in zip(predictor.predict(np.arange(model.num_nodes)), reference.predict(np.arange(model.num_nodes))):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_rows_the_kernel_does_not_hold_are_sampled(trained) -> None:  # type: ignore[no-untyped-def]
+    model, likelihood, train = trained
+    nodes = np.arange(model.num_nodes)
+    expected = StreamedPredictor(model, likelihood).predict(nodes)
+    partial = copy.deepcopy(model)
+    kernel = partial.covar_module.base_kernel
+    # The same walk configuration and seed, held for every other training node only (in reverse order).
+    kernel.resample(kernel.seed, nodes=train[::-2])
+    predictor = StreamedPredictor(partial, likelihood)
+    assert predictor.reused_rows == train[::-2].size
+    for a, b in zip(predictor.predict(nodes), expected):
+        np.testing.assert_array_equal(a, b)
+    # Single-precision rows are sampled again in float64.
+    single = copy.deepcopy(partial).float()
+    assert StreamedPredictor(single, likelihood).reused_rows == 0
+
+
+def test_an_odd_number_of_observed_nodes(trained) -> None:  # type: ignore[no-untyped-def]
+    model, likelihood, train = trained
+    odd = GraphGP(train[:-1], model.train_targets[:-1], likelihood, copy.deepcopy(model.covar_module)).double()
+    nodes = np.arange(model.num_nodes)
+    with grf_gp_settings():
+        expected = predict(odd, likelihood, nodes, variance="dense")
+    mean, variance = StreamedPredictor(odd, likelihood).predict(nodes)
+    np.testing.assert_allclose(mean, expected.mean.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(variance, expected.variance.numpy(), rtol=1e-10)
+
+
+def test_walk_blocks_do_not_change_the_predictions(trained) -> None:  # type: ignore[no-untyped-def]
+    model, likelihood, _ = trained
+    predictor = StreamedPredictor(model, likelihood)
+    nodes = np.arange(model.num_nodes)
+    whole = predictor.predict(nodes)
+    assert predictor.block_size >= nodes.size
+    predictor.block_size = 7
+    for a, b in zip(predictor.predict(nodes), whole):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_sharded_kernel_releases_its_walks_once_read() -> None:
+    graph = grid_graph(12, 12)
+    rng = np.random.default_rng(1)
+    train = np.sort(rng.choice(graph.num_nodes, 50, replace=False))
+    kernel = ShardedGRFKernel(graph, train, kernel_family=Diffusion(2.0), seed=5).double()
+    likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
+    likelihood.noise = 0.05
+    model = GraphGP(train, torch.as_tensor(np.cos(train / 20.0)), likelihood,
+                    gpytorch.kernels.ScaleKernel(kernel)).double()
+    kernel.resample_for_prediction(16, seed=2, sigma_fit_samples=10)
+    nodes = np.arange(graph.num_nodes)
+    expected = StreamedPredictor(model, likelihood).predict(nodes)
+    held = {name: tensor.clone() for name, tensor in kernel.features.tensors().items()}
+    predictor = StreamedPredictor(model, likelihood, release_kernel_walks=True)
+    assert predictor.reused_rows == train.size
+    assert kernel.walks_released and kernel.features.num_rows == 0
+    for a, b in zip(predictor.predict(nodes), expected):
+        np.testing.assert_array_equal(a, b)
+    inputs = model.train_inputs[0]
+    with pytest.raises(RuntimeError, match="released its walks"):
+        kernel.forward(inputs, inputs)
+    # The configuration and seed are kept: resampling draws the same rows again.
+    kernel.resample(kernel.seed)
+    assert not kernel.walks_released
+    for name, tensor in kernel.features.tensors().items():
+        assert torch.equal(tensor, held[name]), name
+
+
 def test_written_file_holds_means_and_variances(trained, tmp_path) -> None:  # type: ignore[no-untyped-def]
     model, likelihood, _ = trained
     predictor = StreamedPredictor(model, likelihood)
@@ -101,6 +198,8 @@ def test_bad_arguments_are_refused_before_any_work(trained, tmp_path) -> None:  
         predictor.predict_all(noise="yes")
     with pytest.raises(TypeError, match="GaussianLikelihood"):
         StreamedPredictor(model, gpytorch.likelihoods.BernoulliLikelihood())
+    with pytest.raises(TypeError, match="release_kernel_walks needs a kernel with release_walks"):
+        StreamedPredictor(model, likelihood, release_kernel_walks=True)
 
 
 def test_other_kernels_are_refused() -> None:

@@ -449,7 +449,7 @@ def _predict_graph(parser: argparse.ArgumentParser) -> Columns:
     parser.add_argument("--max-predict-walkers", type=walkers_int, default=1024,
                         help="most prediction walkers per node when choosing them")
     parser.add_argument("--chunk-size", type=positive_int, default=4096,
-                        help="nodes whose walks are sampled at once (bounds the memory)")
+                        help="prediction nodes per chunk, the unit shared among the processes")
     parser.add_argument("--latent", action="store_true",
                         help="variances of the latent function (default: of noisy observations)")
     parser.add_argument("--timeout", type=positive_float, default=300.0,

@@ -72,8 +72,9 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     kernel.resample_for_prediction(args.predict_walkers, max_walkers=args.max_predict_walkers, seed=args.seed)
     log("predicting %d nodes with %d sigma-coupled walkers per node at p_halt %.3g", graph.num_nodes,
               kernel.num_walkers, kernel.p_halt)
+    # The model is only predicted from: the kernel's walks are freed once the predictor has read them.
     predictor = StreamedPredictor(model, likelihood, collective=collective, target_offset=offset,
-                                  target_scale=scale)
+                                  target_scale=scale, release_kernel_walks=True)
     predictor.write(args.output, chunk_size=args.chunk_size, noise=not args.latent)
     finalise()
     if collective.rank != 0:

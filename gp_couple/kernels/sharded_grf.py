@@ -19,7 +19,9 @@ import torch
 from linear_operator.operators import LinearOperator
 from torch import Tensor
 
+from .._random import SeedLike
 from ..distributed import Collective
+from ..features.graph_random_features import GraphRandomFeatures
 from ..graphs import Graph
 from ..operators.sharded_gram import ShardedGramLinearOperator, SharedColumns
 from ..sparse_pattern import CSRPattern
@@ -33,7 +35,10 @@ class ShardedGRFKernel(GRFKernel):
 
     It evaluates the training covariance only (``x1 = x2 =`` the training nodes, the
     input of training); predict with :class:`gp_couple.streaming.StreamedPredictor`,
-    which samples prediction walks chunk by chunk from this kernel's configuration.
+    which samples prediction walks chunk by chunk from this kernel's configuration, reads
+    the observed nodes' features from this process's rows and samples the others. A kernel
+    that is only predicted from can then :meth:`release_walks` (the predictor's
+    ``release_kernel_walks``), freeing its rows while the training side is built.
 
     :param graph: The graph (every process loads it).
     :param train_nodes: All training nodes, sorted and distinct (the same on every process).
@@ -65,6 +70,33 @@ class ShardedGRFKernel(GRFKernel):
         super().__init__(graph, nodes=train[collective.shard(train.size)], schedule=None, **kwargs)
         self.collective = collective
         self.register_buffer("train_nodes", torch.as_tensor(train, dtype=torch.int64), persistent=False)
+
+    @property
+    def walks_released(self) -> bool:
+        """Whether :meth:`release_walks` freed this process's rows (no :meth:`resample` since)."""
+        return self.features_start_nodes.numel() == 0
+
+    def release_walks(self) -> None:
+        """Free this process's walks, keeping the walk configuration, the seed and the hyperparameters.
+
+        The kernel then evaluates nothing until :meth:`resample` draws its rows again (with
+        ``nodes="keep"``, its block of the training nodes); :meth:`sample_features` still gives
+        the walks of any node under the kept configuration.
+        """
+        weights = self.features_weights
+        index = self.features_columns.new_zeros(0)
+        self._hold(GraphRandomFeatures(
+            num_nodes=self.num_nodes, start_nodes=self.features_start_nodes.new_zeros(0),
+            row_pointer=index.new_zeros(1), columns=index, slot_pointer=self.features_slot_pointer.new_zeros(1),
+            steps=self.features_steps.new_zeros(0), weights=weights.new_zeros(0), num_terms=1))
+
+    def resample(self, seed: SeedLike = None, *, nodes: Any = "keep", **kwargs: Any) -> ShardedGRFKernel:
+        """Draw new walks, as :meth:`GRFKernel.resample <gp_couple.kernels.grf_kernel.GRFKernel.resample>`;
+        ``nodes="keep"`` after :meth:`release_walks` draws this process's block of the training nodes again."""
+        if isinstance(nodes, str) and nodes == "keep" and self.walks_released:
+            nodes = self.train_nodes[self.collective.shard(self.train_nodes.numel())].cpu().numpy()
+        super().resample(seed, nodes=nodes, **kwargs)
+        return self
 
     def _gram_error_candidates(self) -> np.ndarray:
         # All training nodes, so that every process estimates the same error and makes the same choice.
@@ -99,6 +131,9 @@ class ShardedGRFKernel(GRFKernel):
     def forward(self, x1: Tensor, x2: Tensor, diag: bool = False, last_dim_is_batch: bool = False,
                 **params: Any) -> LinearOperator | Tensor:
         self._check_forward_args(last_dim_is_batch)
+        if self.walks_released:
+            raise RuntimeError("this ShardedGRFKernel released its walks (release_walks); call resample() to "
+                               "evaluate it again")
         for name, x in (("x1", x1), ("x2", x2)):
             self.check_covered(self.node_indices(x, name), name)
         values = self.feature_values()
