@@ -92,23 +92,6 @@ def _pack_rows(block, first, size, half, packed):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, cache=True)
-def _feature_rows(row_pointer, columns, slot_pointer, steps, weights, modulation, rows, indptr, out_columns,
-                  out_values):  # pragma: no cover - compiled
-    """Rows ``rows`` of :math:`\\Phi = \\sum_t f(t)\\Phi_t` from the walk decomposition, into a CSR matrix whose
-    ``indptr`` is given: each slot's value sums ``weights[e] * modulation[steps[e]]`` over its entries in order."""
-    for r in prange(rows.size):
-        first = row_pointer[rows[r]]
-        target = indptr[r]
-        for k in range(row_pointer[rows[r] + 1] - first):
-            slot = first + k
-            total = 0.0
-            for e in range(slot_pointer[slot], slot_pointer[slot + 1]):
-                total += weights[e] * modulation[steps[e]]
-            out_columns[target + k] = columns[slot]
-            out_values[target + k] = total
-
-
-@njit(parallel=True, cache=True)
 def _quadratic_forms(indptr, indices, data, packed, size, half, out):  # pragma: no cover - compiled
     """``out[r] = k_r^T M k_r`` for the sorted sparse rows ``k_r`` of a CSR matrix, ``M`` symmetric in the
     rectangular full packed format (one row per iteration: each result depends on its row only)."""
@@ -283,22 +266,9 @@ class StreamedPredictor:
         return features, int(found.sum())
 
     def _feature_matrix(self, features: GraphRandomFeatures, rows: np.ndarray | None = None) -> sp.csr_matrix:
-        """Rows ``rows`` (default all) of :math:`\\Phi` of sampled walks, float64 CSR over all graph nodes.
-
-        The values of :meth:`~gp_couple.features.graph_random_features.GraphRandomFeatures.values` at the
-        kernel's hyperparameters, computed for the selected rows only and without a per-entry array.
-        """
+        r"""Rows ``rows`` (default all) of :math:`\Phi` of sampled walks at the kernel's hyperparameters."""
         modulation = self.kernel.kernel_family.modulation(features.num_terms)
-        modulation = modulation.detach().reshape(-1, modulation.shape[-1])[0].double().cpu().numpy()
-        row_pointer = features.row_pointer.cpu().numpy()
-        rows = np.arange(features.num_rows) if rows is None else rows
-        indptr = np.zeros(rows.size + 1, dtype=np.int64)
-        np.cumsum(row_pointer[rows + 1] - row_pointer[rows], out=indptr[1:])
-        columns = features.columns.cpu().numpy()
-        out_columns, values = np.empty(int(indptr[-1]), dtype=columns.dtype), np.empty(int(indptr[-1]))
-        _feature_rows(row_pointer, columns, features.slot_pointer.cpu().numpy(), features.steps.cpu().numpy(),
-                      features.weights.cpu().numpy(), modulation, rows, indptr, out_columns, values)
-        return sp.csr_matrix((values, out_columns, indptr), shape=(rows.size, features.num_nodes))
+        return features.scipy_feature_matrix(modulation.reshape(-1, modulation.shape[-1])[0], rows)
 
     def _features(self, nodes: np.ndarray) -> sp.csr_matrix:
         """:math:`\\Phi` of ``nodes`` (float64 CSR over all graph nodes), from the kernel's walk configuration."""

@@ -472,3 +472,20 @@ def gather_coalesced(raw_indptr, raw_columns, raw_steps, raw_weights, entry_offs
                 previous = column
                 out_columns[slot] = column
                 out_slot_pointer[slot] = target + i
+
+
+@njit(parallel=True, cache=True)
+def feature_rows(row_pointer, columns, slot_pointer, steps, weights, modulation, rows, indptr, out_columns,
+                  out_values):  # pragma: no cover - compiled
+    """Rows ``rows`` of :math:`\\Phi = \\sum_t f(t)\\Phi_t` from the walk decomposition, into a CSR matrix whose
+    ``indptr`` is given: each slot's value sums ``weights[e] * modulation[steps[e]]`` over its entries in order."""
+    for r in prange(rows.size):
+        first = row_pointer[rows[r]]
+        target = indptr[r]
+        for k in range(row_pointer[rows[r] + 1] - first):
+            slot = first + k
+            total = 0.0
+            for e in range(slot_pointer[slot], slot_pointer[slot + 1]):
+                total += weights[e] * modulation[steps[e]]
+            out_columns[target + k] = columns[slot]
+            out_values[target + k] = total

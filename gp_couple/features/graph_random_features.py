@@ -200,13 +200,29 @@ class GraphRandomFeatures:
             raise ValueError("feature_matrix takes an unbatched (1-D) modulation; use values() for batches")
         return self.pattern.csr(self.values(modulation))
 
-    def scipy_feature_matrix(self, modulation: Any) -> sp.csr_matrix:
-        r""":math:`\Phi(f)` as a float64 scipy CSR matrix (detached)."""
-        f = torch.as_tensor(modulation).detach().to(device=self.weights.device, dtype=torch.float64)
-        values = self.values(f).cpu().numpy()
-        # copy=True: scipy may sort indices in place, which must not touch these tensors.
-        return sp.csr_matrix((values, self.columns.cpu().numpy(), self.row_pointer.cpu().numpy()),
-                             shape=(self.num_rows, self.num_nodes), copy=True)
+    def scipy_feature_matrix(self, modulation: Any, rows: np.ndarray | None = None) -> sp.csr_matrix:
+        r""":math:`\Phi(f)` as a float64 scipy CSR matrix (detached), or only its rows ``rows``.
+
+        The values are those of :meth:`values`, summed per slot in a compiled loop over the
+        selected rows only (no per-entry array).
+
+        :param modulation: :math:`f(0), \dots` (at least :attr:`num_terms` terms, no batch).
+        :param rows: Row positions to keep, in this order (default: every row).
+        """
+        f = torch.as_tensor(modulation).detach().to(torch.float64).cpu().numpy()
+        if f.ndim != 1 or f.size < self.num_terms:
+            raise ValueError(f"modulation must be 1-D with at least {self.num_terms} terms (walks reach step "
+                             f"{self.num_terms - 1}), got shape {f.shape}")
+        row_pointer = self.row_pointer.cpu().numpy()
+        rows = np.arange(self.num_rows) if rows is None else np.asarray(rows, dtype=np.int64)
+        indptr = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(row_pointer[rows + 1] - row_pointer[rows], out=indptr[1:])
+        columns = self.columns.cpu().numpy()
+        out_columns, values = np.empty(int(indptr[-1]), dtype=columns.dtype), np.empty(int(indptr[-1]))
+        compiled.feature_rows(row_pointer, columns, self.slot_pointer.cpu().numpy(), self.steps.cpu().numpy(),
+                              self.weights.cpu().numpy().astype(np.float64, copy=False), f, rows, indptr,
+                              out_columns, values)
+        return sp.csr_matrix((values, out_columns, indptr), shape=(rows.size, self.num_nodes))
 
     # ---------------------------------------------------------------- (de)serialisation
     def tensors(self) -> dict[str, torch.Tensor]:
