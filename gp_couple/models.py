@@ -36,6 +36,7 @@ from ._random import SeedLike, draw_seed, seeded_torch_rng
 from .kernels.graph_node import GraphNodeKernel
 from .optimize import Convergence, TrainingHistory, minimize
 from .predictive_variance import VarianceEstimate, check_variance_method, posterior_variance
+from .settings import flush_denormals
 
 __all__ = ["GraphGP", "Prediction", "check_targets", "fit_gp", "predict", "module_device"]
 
@@ -265,20 +266,21 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
         return callback(len(history) + step, loss)
 
     try:
-        for phase in itertools.count():
-            # Every kernel is asked (no short-circuit): each redraws what it needs.
-            if phase and not any([kernel.refine_walks(phase) for kernel in kernels]):
-                break
-            history.extend_phase(minimize(
-                lambda: -mll(model(*model.train_inputs), model.train_targets).sum(), dict(model.named_parameters()),
-                iterations=iterations, lr=lr, optimizer=optimizer, convergence=convergence,
-                seed=None if base_seed is None else base_seed + phase,
-                callback=None if callback is None else counted))
-            history.phases = phase + 1
-            if history.reason == "callback":
-                break
-        for kernel in kernels:
-            kernel.prepare_prediction()
+        with flush_denormals():
+            for phase in itertools.count():
+                # Every kernel is asked (no short-circuit): each redraws what it needs.
+                if phase and not any([kernel.refine_walks(phase) for kernel in kernels]):
+                    break
+                history.extend_phase(minimize(
+                    lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
+                    dict(model.named_parameters()), iterations=iterations, lr=lr, optimizer=optimizer,
+                    convergence=convergence, seed=None if base_seed is None else base_seed + phase,
+                    callback=None if callback is None else counted))
+                history.phases = phase + 1
+                if history.reason == "callback":
+                    break
+            for kernel in kernels:
+                kernel.prepare_prediction()
         return history
     finally:
         model.train(was_training)
@@ -393,7 +395,7 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
     model.eval()
     _drop_stale_caches(model)
     try:
-        with torch.no_grad(), seeded_torch_rng(seed):
+        with torch.no_grad(), seeded_torch_rng(seed), flush_denormals():
             train_inputs = model.train_inputs[0]
             prior = model.forward(train_inputs)
             train_covariance = likelihood(prior, train_inputs).lazy_covariance_matrix

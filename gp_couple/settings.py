@@ -29,6 +29,8 @@ defaults are given for comparison):
   noise can be poorly conditioned.
 * ``max_root_decomposition_size=300`` (gpytorch: 100): a more accurate Lanczos
   cache for ``fast_pred_var`` variances.
+* Subnormal floats are flushed to zero (:func:`flush_denormals`): Gram matrices and
+  their Cholesky factors reach them, and the CPU computes with them many times slower.
 * The pivoted-Cholesky preconditioner keeps gpytorch's sizes (rank 15 from 2000
   points): it reads exact rows of the GRF operator. The features change with the
   hyperparameters, so it is rebuilt every iteration, but
@@ -66,7 +68,8 @@ from typing import Any
 import gpytorch
 from linear_operator.settings import _value_context
 
-__all__ = ["GRFGPSettings", "available_cpus", "grf_gp_settings", "preconditioner_pivot_reuse", "threads"]
+__all__ = ["GRFGPSettings", "available_cpus", "flush_denormals", "grf_gp_settings", "preconditioner_pivot_reuse",
+           "threads"]
 
 
 class preconditioner_pivot_reuse(_value_context):
@@ -161,11 +164,49 @@ class GRFGPSettings:
             gpytorch.settings.max_lanczos_quadrature_iterations(self.max_lanczos_quadrature_iterations),
             gpytorch.settings.max_root_decomposition_size(self.max_root_decomposition_size),
             preconditioner_pivot_reuse(self.preconditioner_pivot_tolerance),
+            flush_denormals(),
         )
         with contextlib.ExitStack() as stack:
             for manager in managers:
                 stack.enter_context(manager)
             yield self
+
+
+def _flushing_denormals() -> bool:
+    """Whether this thread's CPU flushes subnormal floats to zero now (half the smallest normal float32 is zero)."""
+    import torch
+
+    return bool(torch.tensor(torch.finfo(torch.float32).tiny) / 2 == 0)
+
+
+@contextlib.contextmanager
+def flush_denormals(enabled: bool = True) -> Iterator[bool]:
+    r"""Treat subnormal floating-point numbers as zero on this thread's CPU inside the block.
+
+    GRF and exact diffusion Gram matrices hold entries many orders of magnitude apart
+    (far nodes, long walks), and their Cholesky factors decay further: float32 values
+    below :math:`1.2 \cdot 10^{-38}` (float64: :math:`2.2 \cdot 10^{-308}`) are subnormal,
+    and x86 CPUs compute with them up to a hundred times slower. Flushing them to zero
+    changes no result by more than that magnitude, far below rounding, and makes
+    dense training steps several times faster (``benchmarks/RESULTS.md``). :func:`gp_couple.models.fit_gp`,
+    :func:`gp_couple.models.predict` and :func:`grf_gp_settings` enter this block.
+
+    The flags (x86 MXCSR's flush-to-zero and denormals-are-zero, or ARM's FPCR, through
+    :func:`torch.set_flush_denormal`) belong to the calling thread; the previous state
+    returns on exit, also when an exception escapes, and blocks nest.
+
+    :param enabled: Flush inside the block (``False`` keeps subnormals inside it).
+    :return: A context manager yielding whether subnormals are flushed inside the block
+        (``False`` on CPUs without the flags).
+    """
+    import torch
+
+    previous = _flushing_denormals()
+    supported = torch.set_flush_denormal(enabled)
+    try:
+        yield supported and enabled
+    finally:
+        torch.set_flush_denormal(previous)
 
 
 def grf_gp_settings(**overrides: Any) -> contextlib.AbstractContextManager[GRFGPSettings]:

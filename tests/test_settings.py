@@ -128,3 +128,42 @@ def test_threads_beyond_the_cpus_are_capped_with_a_warning():
         with threads(100_000) as count:
             assert count == available_cpus() == torch.get_num_threads()
     assert torch.get_num_threads() == before
+
+
+def _subnormal_survives() -> bool:
+    return bool(torch.tensor(torch.finfo(torch.float32).tiny) / 2 != 0)
+
+
+def test_flush_denormals_flushes_inside_restores_and_nests():
+    from gp_couple.settings import flush_denormals
+
+    assert _subnormal_survives()  # the process default: IEEE subnormals
+    with flush_denormals() as flushing:
+        assert _subnormal_survives() is not flushing
+        with flush_denormals(False) as inner:
+            assert inner is False and _subnormal_survives()
+        assert _subnormal_survives() is not flushing
+        with pytest.raises(RuntimeError), flush_denormals():
+            raise RuntimeError("escapes")
+        assert _subnormal_survives() is not flushing
+    assert _subnormal_survives()
+    with grf_gp_settings():
+        assert _subnormal_survives() is not flushing
+    assert _subnormal_survives()
+
+
+def test_fit_gp_and_predict_flush_subnormals_and_leave_the_thread_as_they_found_it():
+    from gp_couple import ExactGraphKernel, GraphGP, fit_gp, predict
+    from gp_couple.graphs import grid_graph
+    from gp_couple.kernel_families import Diffusion
+
+    graph = grid_graph(4, 4)
+    nodes = torch.arange(0, 16, 2)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    model = GraphGP(nodes, torch.sin(nodes.double()).float(), likelihood,
+                    gpytorch.kernels.ScaleKernel(ExactGraphKernel(graph, Diffusion(1.0))))
+    seen = []
+    fit_gp(model, likelihood, iterations=2, callback=lambda step, loss: seen.append(_subnormal_survives()))
+    assert seen and not any(seen) and _subnormal_survives()
+    predict(model, likelihood, [1, 3])
+    assert _subnormal_survives()

@@ -172,18 +172,24 @@ def _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, r
         steps[position] = 0
         weights[position] = 1.0
         position += 1
+    longest = 0
     for k in range(num_walkers):
         current[k] = start
         load[k] = inv_walkers
         cursor[k] = position
         position += row_lengths[k]
-        # Insertion sort by decreasing length: the walkers still moving at step t are
-        # then the prefix order[:active].
-        i = k
-        while i > 0 and row_lengths[order[i - 1]] < row_lengths[k]:
-            order[i] = order[i - 1]
-            i -= 1
-        order[i] = k
+        longest = max(longest, row_lengths[k])
+    # Walkers by decreasing length, equal lengths in walker order (a stable counting
+    # sort: O(m + longest)): the walkers still moving at step t are the prefix order[:active].
+    first = np.zeros(longest + 2, dtype=np.int64)
+    for k in range(num_walkers):
+        first[longest - row_lengths[k] + 1] += 1
+    for length in range(1, longest + 2):
+        first[length] += first[length - 1]
+    for k in range(num_walkers):
+        bucket = longest - row_lengths[k]
+        order[first[bucket]] = k
+        first[bucket] += 1
     row_key = stream_start(seed_u, np.uint64(start))
     mask = table_node.size - 1
     active = num_walkers
@@ -329,6 +335,8 @@ def gather_ceiling(indptr, indices, degrees, starts, lengths, seed, out_sink):  
 _PACKED_ROW_LIMIT = 1 << 16
 #: Rows up to this length are sorted by insertion (short walks, e.g. p_halt = 0.5).
 _INSERTION_SORT_LIMIT = 32
+#: An empty slot of :func:`_coalesce_hashed`'s table (no (column, step) pair packs to it).
+_EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 @njit(inline="always", cache=True)
@@ -371,34 +379,87 @@ def _merge_sorted(sorted_columns, sorted_steps, sorted_weights, n, columns, step
 
 
 @njit(cache=True)
-def _coalesce_row(columns, steps, weights, lo, hi, keys, sorted_steps, sorted_weights):  # pragma: no cover
+def _coalesce_row(columns, steps, weights, lo, hi, scratch):  # pragma: no cover - compiled
     """Sort entries ``lo:hi`` by (column, step), merge equal pairs, compact them to ``lo``.
 
-    ``keys``, ``sorted_steps`` and ``sorted_weights`` are the calling thread's scratch
-    (at least ``min(hi - lo, _PACKED_ROW_LIMIT)`` long). Returns (merged entries,
-    distinct columns).
+    ``scratch`` is the calling thread's part of :func:`_thread_scratch`. Short rows are
+    sorted by insertion; others are merged in a hash table keyed by (column, step) first,
+    so only the distinct pairs are sorted. Equal pairs are summed in entry order either
+    way. Returns (merged entries, distinct columns).
     """
     n = hi - lo
     if n == 0:
         return 0, 0
     if n >= _PACKED_ROW_LIMIT:
         return _coalesce_long_row(columns, steps, weights, lo, hi)
+    keys, sums, used, table_keys, table_slots = scratch
+    if n > _INSERTION_SORT_LIMIT:
+        return _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_keys, table_slots)
     # One uint64 per entry: column (high 32 bits) | step (16) | local index (16). Sorting
     # the values in place needs no indirection and no allocation.
     row_keys = keys[:n]
     for i in range(n):
         row_keys[i] = ((np.uint64(columns[lo + i]) << np.uint64(32))
                        | (np.uint64(steps[lo + i]) << np.uint64(16)) | np.uint64(i))
-    if n <= _INSERTION_SORT_LIMIT:
-        _insertion_sort(row_keys, n)
-    else:
-        row_keys.sort()
+    _insertion_sort(row_keys, n)
+    sorted_steps = used
     for i in range(n):
         key = row_keys[i]
-        sorted_weights[i] = weights[lo + np.int64(key & np.uint64(0xFFFF))]
+        sums[i] = weights[lo + np.int64(key & np.uint64(0xFFFF))]
         sorted_steps[i] = np.int64((key >> np.uint64(16)) & np.uint64(0xFFFF))
         row_keys[i] = key >> np.uint64(32)
-    return _merge_sorted(row_keys, sorted_steps, sorted_weights, n, columns, steps, weights, lo)
+    return _merge_sorted(row_keys, sorted_steps, sums, n, columns, steps, weights, lo)
+
+
+@njit(inline="always", cache=True)
+def _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_keys,
+                     table_slots):  # pragma: no cover - compiled
+    """:func:`_coalesce_row` for longer rows: sum equal (column, step) pairs in an open-addressing table.
+
+    The table (``table_keys`` all :data:`_EMPTY` on entry, and left so) has at least
+    twice as many slots as the row has entries. The distinct pairs, packed as
+    column (32 bits) | step (16) | their index (16), are then sorted and written out.
+    """
+    mask = table_keys.size - 1
+    shift = np.uint64(64)
+    size = table_keys.size
+    while size > 1:
+        size >>= 1
+        shift -= np.uint64(1)
+    distinct = 0
+    for i in range(n):
+        pair = (np.uint64(columns[lo + i]) << np.uint64(16)) | np.uint64(steps[lo + i])
+        slot = np.int64((pair * _HASH) >> shift)
+        while True:
+            stored = table_keys[slot]
+            if stored == pair:
+                sums[table_slots[slot]] += weights[lo + i]
+                break
+            if stored == _EMPTY:
+                table_keys[slot] = pair
+                table_slots[slot] = distinct
+                used[distinct] = slot
+                keys[distinct] = (pair << np.uint64(16)) | np.uint64(distinct)
+                sums[distinct] = weights[lo + i]
+                distinct += 1
+                break
+            slot = (slot + 1) & mask
+    for j in range(distinct):
+        table_keys[used[j]] = _EMPTY
+    row_keys = keys[:distinct]
+    row_keys.sort()
+    previous_column = -1
+    columns_seen = 0
+    for j in range(distinct):
+        key = row_keys[j]
+        column = np.int64(key >> np.uint64(32))
+        columns[lo + j] = column
+        steps[lo + j] = np.int64((key >> np.uint64(16)) & np.uint64(0xFFFF))
+        weights[lo + j] = sums[np.int64(key & np.uint64(0xFFFF))]
+        if column != previous_column:
+            columns_seen += 1
+            previous_column = column
+    return distinct, columns_seen
 
 
 @njit(cache=True)
@@ -412,21 +473,27 @@ def _coalesce_long_row(columns, steps, weights, lo, hi):  # pragma: no cover - c
 
 @njit(cache=True)
 def _thread_scratch(indptr, threads):  # pragma: no cover - compiled
+    """Per-thread scratch of :func:`_coalesce_row`: packed keys, sums, used slots and the hash table."""
     longest = 1
     for r in range(indptr.size - 1):
         longest = max(longest, min(indptr[r + 1] - indptr[r], _PACKED_ROW_LIMIT))
-    return (np.empty((threads, longest), dtype=np.uint64), np.empty((threads, longest), dtype=np.int64),
-            np.empty((threads, longest), dtype=np.float64))
+    table = 2
+    while table < 2 * longest:
+        table *= 2
+    return (np.empty((threads, longest), dtype=np.uint64), np.empty((threads, longest), dtype=np.float64),
+            np.empty((threads, longest), dtype=np.int64), np.full((threads, table), _EMPTY, dtype=np.uint64),
+            np.empty((threads, table), dtype=np.int64))
 
 
 @njit(parallel=True, cache=True)
 def coalesce_rows(indptr, columns, steps, weights, entry_counts, distinct_counts, pool):  # pragma: no cover
     """Coalesce every row of a raw decomposition in place (see :func:`_coalesce_row`)."""
-    keys, sorted_steps, sorted_weights = _thread_scratch(indptr, pool)
+    scratch = _thread_scratch(indptr, pool)
     for r in prange(indptr.size - 1):
         thread = numba.get_thread_id()
         entries, distinct = _coalesce_row(columns, steps, weights, indptr[r], indptr[r + 1],
-                                          keys[thread], sorted_steps[thread], sorted_weights[thread])
+                                          (scratch[0][thread], scratch[1][thread], scratch[2][thread],
+                                           scratch[3][thread], scratch[4][thread]))
         entry_counts[r] = entries
         distinct_counts[r] = distinct
 
@@ -437,14 +504,16 @@ def walk_and_coalesce_rows(indptr, indices, ratios, cumulative, choice_degrees, 
                            entry_counts, distinct_counts, pool):  # pragma: no cover - compiled
     """:func:`walk_rows` followed by :func:`_coalesce_row` on each row while it is in cache."""
     seed_u = np.uint64(seed)
-    keys, sorted_steps, sorted_weights = _thread_scratch(raw_indptr, pool)
+    coalesce_scratch = _thread_scratch(raw_indptr, pool)
     scratch = _repelling_scratch(lengths.shape[1] if repelling else 0, pool)
     for r in prange(lengths.shape[0]):
         _walk_row(indptr, indices, ratios, cumulative, choice_degrees, starts[r], lengths[r], seed_u,
                   inv_keep, inv_walkers, columns, steps, weights, raw_indptr[r], repelling, scratch)
         thread = numba.get_thread_id()
         entries, distinct = _coalesce_row(columns, steps, weights, raw_indptr[r], raw_indptr[r + 1],
-                                          keys[thread], sorted_steps[thread], sorted_weights[thread])
+                                          (coalesce_scratch[0][thread], coalesce_scratch[1][thread],
+                                           coalesce_scratch[2][thread], coalesce_scratch[3][thread],
+                                           coalesce_scratch[4][thread]))
         entry_counts[r] = entries
         distinct_counts[r] = distinct
 

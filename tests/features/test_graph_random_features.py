@@ -164,3 +164,27 @@ def test_rows_longer_than_the_packed_key_limit_coalesce_correctly() -> None:
     f = torch.exp(-0.001 * torch.arange(features.num_terms, dtype=torch.float64))
     np.testing.assert_allclose(features.scipy_feature_matrix(f).toarray(),
                                raw.feature_matrix(f.numpy()).toarray(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("directions", ["independent", "repelling"])
+def test_long_rows_coalesce_like_a_sorted_reference(directions: str) -> None:
+    # 64 walkers at p_halt 0.1 give rows of hundreds of entries: the hash-table path.
+    graph = grid_graph(10, 10)
+    raw = sample_walks(graph, 64, 0.1, AntitheticWalkLengthCoupling(), seed=7, directions=directions)
+    assert np.diff(raw.indptr).min() > 32
+    features = GraphRandomFeatures.from_walk_steps(raw, dtype=torch.float64)
+    assert_same(features, GraphRandomFeatures.sample(graph, 64, 0.1, AntitheticWalkLengthCoupling(), seed=7,
+                                                     directions=directions, dtype=torch.float64))
+    rows, slots = features.row_pointer.numpy(), features.slot_pointer.numpy()
+    columns, steps, weights = features.columns.numpy(), features.steps.numpy(), features.weights.numpy()
+    for r in range(raw.num_rows):
+        lo, hi = raw.indptr[r], raw.indptr[r + 1]
+        order = np.lexsort((raw.steps[lo:hi], raw.columns[lo:hi]))  # stable: equal pairs in entry order
+        pairs = np.stack([raw.columns[lo:hi][order], raw.steps[lo:hi][order]])
+        starts = np.flatnonzero(np.r_[True, np.any(np.diff(pairs, axis=1) != 0, axis=0)])
+        first, last = slots[rows[r]], slots[rows[r + 1]]
+        np.testing.assert_array_equal(steps[first:last], pairs[1, starts])
+        np.testing.assert_allclose(weights[first:last], np.add.reduceat(raw.weights[lo:hi][order], starts),
+                                   rtol=1e-14)
+        np.testing.assert_array_equal(np.repeat(columns[rows[r]:rows[r + 1]], np.diff(slots[rows[r]:rows[r + 1] + 1])),
+                                      pairs[0, starts])
