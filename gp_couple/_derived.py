@@ -24,7 +24,7 @@ class DerivedCache:
 
     __slots__ = ()
 
-    def derived(self, key: str, build: Callable[[], T]) -> T:
+    def derived(self, key: str, build: Callable[[], T], *, keep: bool = True) -> T:
         """What ``build()`` returns for this object, computed on the first call with ``key`` and kept.
 
         Keys are names shared by the whole package: one key holds one kind of result
@@ -32,10 +32,16 @@ class DerivedCache:
         ``build`` must depend on this object alone, never on mutable state.
 
         :param key: Name of the result.
-        :param build: Computes it (called at most once per object and key).
-        :return: The kept result.
+        :param build: Computes it (called at most once per object and key, when kept).
+        :param keep: ``False`` for a one-off use of a large intermediate: the kept result if
+            there is one, else ``build()`` without keeping it (e.g. weighted degrees that only
+            the walk tables needed, once).
+        :return: The (kept) result.
         """
         cache: dict[str, Any] = self.__dict__.setdefault("_derived", {})
-        if key not in cache:
-            cache[key] = build()
+        if key in cache:
+            return cache[key]
+        if not keep:
+            return build()
+        cache[key] = build()
         return cache[key]

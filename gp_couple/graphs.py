@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import scipy.sparse as sp
 import torch
+from numba import njit
 
 from ._checks import check_int, check_memory, is_int
 from ._derived import DerivedCache
@@ -77,6 +78,12 @@ _BYTES_PER_MESH_FACE = 1024
 _NETWORKX_BYTES_PER_NODE = 1024
 _NETWORKX_BYTES_PER_EDGE = 512
 
+#: Largest value of a 32-bit index: the CSR arrays are int32 while the number of nodes and
+#: of stored entries stay below it (as scipy does), int64 beyond.
+_INT32_MAX = np.iinfo(np.int32).max
+#: Elements of the CSR arrays hashed at a time by :meth:`Graph.fingerprint`.
+_HASH_CHUNK = 1 << 20
+
 SelfLoopPolicy = Literal["error", "drop", "keep"]
 _SELF_LOOP_POLICIES = ("error", "drop", "keep")
 
@@ -89,6 +96,11 @@ def _check_policy(self_loops: str) -> None:
 def _freeze(array: np.ndarray) -> np.ndarray:
     array.setflags(write=False)
     return array
+
+
+def _index_dtype(num_nodes: int, num_entries: int) -> type[np.signedinteger]:
+    """int32 for CSR arrays whose node ids and entry offsets fit, int64 otherwise (one dtype for both arrays)."""
+    return np.int32 if max(num_nodes, num_entries) < _INT32_MAX else np.int64
 
 
 class Graph(DerivedCache):
@@ -113,19 +125,29 @@ class Graph(DerivedCache):
 
     def __init__(self, adjacency: Any, *, self_loops: SelfLoopPolicy = "error") -> None:
         _check_policy(self_loops)
+        # _as_csr copies the input: the arrays of `matrix` belong to this graph alone.
         matrix = _as_csr(adjacency)
         _validate_square_finite_nonnegative(matrix)
         matrix = _apply_self_loop_policy(matrix, self_loops)
-        _validate_symmetric(matrix)
-        # Remove round-off asymmetry so that W~ is exactly symmetric.
-        matrix = ((matrix + matrix.T) * 0.5).tocsr()
-        matrix.sort_indices()
-        n = matrix.shape[0]
-        index_dtype = np.int32 if n < np.iinfo(np.int32).max else np.int64
-        self._indptr = _freeze(matrix.indptr.astype(np.int64, copy=True))
-        self._indices = _freeze(matrix.indices.astype(index_dtype, copy=True))
-        self._weights = _freeze(matrix.data.astype(np.float64, copy=True))
-        self._num_nodes = int(n)
+        matrix = _symmetric(matrix)
+        self._set_csr(matrix.indptr, matrix.indices, matrix.data, matrix.shape[0])
+
+    def _set_csr(self, indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, num_nodes: int) -> None:
+        """Keep a canonical symmetric CSR matrix (arrays owned by this graph; cast without copying where they fit)."""
+        index_dtype = _index_dtype(num_nodes, len(weights))
+        self._indptr = _freeze(indptr.astype(index_dtype, copy=False))
+        self._indices = _freeze(indices.astype(index_dtype, copy=False))
+        self._weights = _freeze(weights.astype(np.float64, copy=False))
+        self._num_nodes = int(num_nodes)
+
+    @classmethod
+    def _from_csr(cls, indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, num_nodes: int) -> Graph:
+        """A graph of CSR arrays that are valid by construction (symmetric, sorted, positive finite weights,
+        degrees in range), which it takes over: the builders that produce such arrays skip the checks and the
+        symmetrisation of :class:`Graph`'s constructor, and their copies."""
+        graph = cls.__new__(cls)
+        graph._set_csr(indptr, indices, weights, num_nodes)
+        return graph
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -198,15 +220,10 @@ class Graph(DerivedCache):
                     f"weights must have shape ({len(edge_array)},), got {weight_array.shape}")
         inferring = num_nodes is None
         num_nodes = inferred if inferring else num_nodes
+        if num_nodes == 0:
+            raise ValueError("graph is empty: adjacency has no nodes")
         _check_edge_list_fits(edge_array, num_nodes, sparse_ids_hint=inferring)
-        # Each undirected edge is stored in both orientations; a self-loop only once.
-        mirrored = edge_array[:, 0] != edge_array[:, 1]
-        rows = np.concatenate([edge_array[:, 0], edge_array[mirrored, 1]])
-        cols = np.concatenate([edge_array[:, 1], edge_array[mirrored, 0]])
-        data = np.concatenate([weight_array, weight_array[mirrored]])
-        matrix = sp.coo_matrix((data, (rows, cols)), shape=(num_nodes, num_nodes)).tocsr()
-        matrix.sum_duplicates()
-        return cls(matrix, self_loops=self_loops)
+        return cls._from_csr(*_symmetric_csr_of_edges(edge_array, weight_array, num_nodes, self_loops), num_nodes)
 
     @classmethod
     def from_networkx(cls, graph: nx.Graph, *, weight: str | None = "weight",
@@ -295,12 +312,13 @@ class Graph(DerivedCache):
 
     @property
     def indptr(self) -> np.ndarray:
-        """CSR row pointer (int64, length ``num_nodes + 1``), read-only."""
+        """CSR row pointer (length ``num_nodes + 1``), read-only: int32 when the graph has fewer than
+        ``2**31 - 1`` nodes and stored entries, int64 otherwise (the dtype of :attr:`indices`)."""
         return self._indptr
 
     @property
     def indices(self) -> np.ndarray:
-        """CSR neighbour indices (int32 or int64), sorted within each row, read-only."""
+        """CSR neighbour indices (the dtype of :attr:`indptr`), sorted within each row, read-only."""
         return self._indices
 
     @property
@@ -310,14 +328,17 @@ class Graph(DerivedCache):
 
     @property
     def degrees(self) -> np.ndarray:
-        """Number of neighbours of each node (int64): the walkers' choice is uniform over them."""
+        """Number of neighbours of each node (the dtype of :attr:`indptr`): the walkers' choice is uniform
+        over them."""
         return self.derived("degrees", lambda: _freeze(np.diff(self._indptr)))
 
     @property
     def weighted_degrees(self) -> np.ndarray:
         r"""Weighted degrees :math:`D_{ii} = \sum_j W_{ij}` (float64)."""
-        return self.derived("weighted_degrees", lambda: _freeze(
-            np.asarray(self.adjacency.sum(axis=1)).ravel().astype(np.float64)))
+        return self.derived("weighted_degrees", self._weighted_degrees)
+
+    def _weighted_degrees(self) -> np.ndarray:
+        return _freeze(np.asarray(self.adjacency.sum(axis=1)).ravel().astype(np.float64))
 
     @property
     def adjacency(self) -> sp.csr_matrix:
@@ -331,17 +352,27 @@ class Graph(DerivedCache):
         return np.flatnonzero(self.degrees == 0)
 
     def normalized_weights(self) -> np.ndarray:
-        r"""Entries of :math:`\widetilde{\mathbf W} = D^{-1/2} W D^{-1/2}` in CSR order."""
+        r"""Entries of :math:`\widetilde{\mathbf W} = D^{-1/2} W D^{-1/2}` in CSR order (read-only, kept)."""
+        return self.derived("normalized_weights", lambda: _freeze(self.compute_normalized_weights()))
 
-        def build() -> np.ndarray:
-            d = self.weighted_degrees
-            inv_sqrt = np.zeros_like(d)
-            positive = d > 0
-            inv_sqrt[positive] = 1.0 / np.sqrt(d[positive])
-            rows = np.repeat(np.arange(self._num_nodes), self.degrees)
-            return _freeze(self._weights * inv_sqrt[rows] * inv_sqrt[self._indices])
+    def compute_normalized_weights(self, *, times_degree: bool = False) -> np.ndarray:
+        r"""Entries :math:`\widetilde W(u, v)` of :meth:`normalized_weights`, computed afresh and not kept.
 
-        return self.derived("normalized_weights", build)
+        With ``times_degree`` each is multiplied by :math:`\deg(u)` of its row: the importance ratios of a
+        uniform choice among neighbours, which the walk sampler keeps instead of :math:`\widetilde{\mathbf W}`.
+        Equal, bit for bit, to ``normalized_weights() * np.repeat(degrees, degrees)``; computed row by row,
+        without temporaries the size of the edge list.
+
+        :return: A new writable float64 array of shape ``(E,)``.
+        """
+        # The weighted degrees are kept only when something else asked for them.
+        d = self.derived("weighted_degrees", self._weighted_degrees, keep=False)
+        inv_sqrt = np.zeros_like(d)
+        positive = d > 0
+        inv_sqrt[positive] = 1.0 / np.sqrt(d[positive])
+        out = np.empty_like(self._weights)
+        _normalize_edge_weights(self._indptr, self._indices, self._weights, inv_sqrt, times_degree, out)
+        return out
 
     def normalized_adjacency(self) -> sp.csr_matrix:
         r"""Normalised adjacency :math:`\widetilde{\mathbf W} = D^{-1/2} W D^{-1/2}` (scipy CSR)."""
@@ -395,8 +426,11 @@ class Graph(DerivedCache):
         def build() -> str:
             digest = hashlib.sha256()
             digest.update(np.int64(self._num_nodes).tobytes())
-            digest.update(self._indptr.tobytes())
-            digest.update(self._indices.astype(np.int64).tobytes())
+            # The index arrays are hashed as int64 whatever their dtype, so fingerprints (kept in saved
+            # kernels) do not depend on it; in chunks, without an int64 copy of the edge list.
+            for array in (self._indptr, self._indices):
+                for start in range(0, len(array), _HASH_CHUNK):
+                    digest.update(array[start:start + _HASH_CHUNK].astype(np.int64).tobytes())
             digest.update(self._weights.tobytes())
             return digest.hexdigest()
 
@@ -433,10 +467,14 @@ def grid_graph(rows: int, cols: int) -> Graph:
     """
     rows, cols = check_int("rows", rows, 1), check_int("cols", cols, 1)
     _check_graph_fits(f"grid_graph({rows}, {cols})", rows * cols, 2 * rows * cols)
-    index = np.arange(rows * cols, dtype=np.int64).reshape(rows, cols)
-    horizontal = np.stack([index[:, :-1].ravel(), index[:, 1:].ravel()], axis=1)
-    vertical = np.stack([index[:-1, :].ravel(), index[1:, :].ravel()], axis=1)
-    return Graph.from_edges(np.concatenate([horizontal, vertical]), num_nodes=rows * cols)
+    # Symmetric by construction: the CSR arrays are written directly, in their final dtype, with no edge
+    # list and no symmetrisation (the graph of Graph.from_edges on the grid's edges, array for array).
+    num_nodes, num_entries = rows * cols, 2 * (rows * (cols - 1) + (rows - 1) * cols)
+    index_dtype = _index_dtype(num_nodes, num_entries)
+    indptr = np.empty(num_nodes + 1, dtype=index_dtype)
+    indices = np.empty(num_entries, dtype=index_dtype)
+    _fill_grid_csr(rows, cols, indptr, indices)
+    return Graph._from_csr(indptr, indices, np.ones(num_entries), num_nodes)
 
 
 def erdos_renyi_graph(num_nodes: int, edge_probability: float, seed: int = 0) -> Graph:
@@ -615,18 +653,24 @@ def _as_csr(adjacency: Any) -> sp.csr_matrix:
     return matrix
 
 
-def _validate_square_finite_nonnegative(matrix: sp.csr_matrix) -> None:
-    if matrix.shape[0] != matrix.shape[1]:
-        raise ValueError(f"adjacency must be square, got shape {matrix.shape}")
-    data = matrix.data
+def _check_weight_values(data: np.ndarray) -> None:
     if not np.all(np.isfinite(data)):
         raise ValueError("adjacency has NaN or infinite weights")
     if np.any(data < 0):
         raise ValueError(f"adjacency has negative weights (min {data.min():.3g}); weights must be >= 0")
+
+
+def _validate_square_finite_nonnegative(matrix: sp.csr_matrix) -> None:
+    if matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"adjacency must be square, got shape {matrix.shape}")
+    _check_weight_values(matrix.data)
     matrix.eliminate_zeros()
     matrix.sum_duplicates()
     with np.errstate(over="ignore"):
-        degrees = np.asarray(matrix.sum(axis=1)).ravel()
+        _check_weighted_degrees(np.asarray(matrix.sum(axis=1)).ravel())
+
+
+def _check_weighted_degrees(degrees: np.ndarray) -> None:
     too_large = ~(degrees <= MAX_WEIGHTED_DEGREE)
     if np.any(too_large):
         node = int(np.flatnonzero(too_large)[0])
@@ -642,9 +686,7 @@ def _apply_self_loop_policy(matrix: sp.csr_matrix, self_loops: str) -> sp.csr_ma
     if loops.size == 0 or self_loops == "keep":
         return matrix
     if self_loops == "error":
-        raise ValueError(
-            f"graph has {loops.size} self-loop(s) (e.g. node {loops[0]}); pass "
-            "self_loops='drop' to remove them or self_loops='keep' to keep them")
+        _refuse_self_loops(loops)
     matrix = matrix.tolil()
     matrix.setdiag(0.0)
     matrix = matrix.tocsr()
@@ -652,13 +694,145 @@ def _apply_self_loop_policy(matrix: sp.csr_matrix, self_loops: str) -> sp.csr_ma
     return matrix
 
 
-def _validate_symmetric(matrix: sp.csr_matrix) -> None:
-    difference = abs(matrix - matrix.T)
-    if difference.nnz:
-        worst = difference.max()
-        scale = max(abs(matrix).max(), 1.0)
-        if worst > 1e-12 * scale:
-            raise ValueError(
-                f"adjacency is not symmetric (max |W - W^T| = {worst:.3g}); graph kernels "
-                "need an undirected graph. Use Graph.from_scipy(..., symmetrize=True) to "
-                "symmetrise it explicitly")
+def _refuse_self_loops(loops: np.ndarray) -> None:
+    raise ValueError(
+        f"graph has {loops.size} self-loop(s) (e.g. node {loops[0]}); pass "
+        "self_loops='drop' to remove them or self_loops='keep' to keep them")
+
+
+def _symmetric(matrix: sp.csr_matrix) -> sp.csr_matrix:
+    """``matrix`` (canonical: sorted, summed, no zeros) when it is exactly symmetric, else ``(W + W^T) / 2``.
+
+    :raises ValueError: If ``W`` and ``W^T`` differ by more than round-off.
+    """
+    matrix.sort_indices()
+    transpose = matrix.T.tocsr()
+    transpose.sort_indices()
+    if (np.array_equal(matrix.indptr, transpose.indptr) and np.array_equal(matrix.indices, transpose.indices)
+            and np.array_equal(matrix.data, transpose.data)):
+        # (W + W^T) / 2 would be W itself, value for value (weights are far below overflow).
+        return matrix
+    difference = abs(matrix - transpose)
+    worst = difference.max()
+    scale = max(abs(matrix).max(), 1.0)
+    if worst > 1e-12 * scale:
+        raise ValueError(
+            f"adjacency is not symmetric (max |W - W^T| = {worst:.3g}); graph kernels "
+            "need an undirected graph. Use Graph.from_scipy(..., symmetrize=True) to "
+            "symmetrise it explicitly")
+    del difference
+    # Remove round-off asymmetry so that W~ is exactly symmetric.
+    symmetric = ((matrix + transpose) * 0.5).tocsr()
+    symmetric.sort_indices()
+    return symmetric
+
+
+def _symmetric_csr_of_edges(edges: np.ndarray, weights: np.ndarray, num_nodes: int,
+                            self_loops: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The canonical CSR arrays ``(indptr, indices, weights)`` of an undirected edge list (checked as
+    :class:`Graph` checks a matrix): each edge stored in both orientations, a self-loop once, duplicates
+    summed in list order, zero weights dropped. Built without a COO matrix or a symmetrisation: the
+    edges are put in canonical orientation ``(lo, hi)``, sorted, summed and scattered into rows."""
+    _check_weight_values(weights)
+    index_dtype = _index_dtype(num_nodes, 2 * len(edges))
+    lo = np.empty(len(edges), dtype=index_dtype)
+    hi = np.empty(len(edges), dtype=index_dtype)
+    np.minimum(edges[:, 0], edges[:, 1], out=lo, casting="unsafe")  # ids < num_nodes fit index_dtype
+    np.maximum(edges[:, 0], edges[:, 1], out=hi, casting="unsafe")
+    if not np.all(weights > 0):
+        positive = weights > 0
+        lo, hi, weights = lo[positive], hi[positive], weights[positive]
+    # Sort the edges by (lo, hi), stably, and sum the weights of each distinct pair in list order.
+    if num_nodes < 2 ** 31:
+        key = lo.astype(np.int64) * num_nodes + hi
+        if not np.all(key[1:] >= key[:-1]):
+            order = np.argsort(key, kind="stable")
+            key, lo, hi, weights = key[order], lo[order], hi[order], weights[order]
+            del order
+        distinct = np.empty(len(key), dtype=bool)
+        distinct[:1] = True
+        np.not_equal(key[1:], key[:-1], out=distinct[1:])
+        del key
+    else:
+        order = np.lexsort((hi, lo))
+        lo, hi, weights = lo[order], hi[order], weights[order]
+        distinct = np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])]
+    # A sum that overflows is refused below, with the weighted degree it gives.
+    with np.errstate(over="ignore"):
+        if not np.all(distinct):
+            starts = np.flatnonzero(distinct)
+            lo, hi, weights = lo[starts], hi[starts], np.add.reduceat(weights, starts)
+        del distinct
+        loops = lo == hi
+        _check_weighted_degrees(np.bincount(lo, weights, minlength=num_nodes)
+                                + np.bincount(hi[~loops], weights[~loops], minlength=num_nodes))
+    if np.any(loops) and self_loops != "keep":
+        if self_loops == "error":
+            _refuse_self_loops(lo[loops])
+        lo, hi, weights, loops = lo[~loops], hi[~loops], weights[~loops], loops[~loops]
+    counts = np.bincount(lo, minlength=num_nodes) + np.bincount(hi[~loops], minlength=num_nodes)
+    indptr = np.zeros(num_nodes + 1, dtype=index_dtype)
+    np.cumsum(counts, out=indptr[1:])
+    del counts, loops
+    indices = np.empty(indptr[-1], dtype=index_dtype)
+    data = np.empty(indptr[-1], dtype=np.float64)
+    _fill_symmetric_csr(indptr, lo, hi, weights, indices, data)
+    return indptr, indices, data
+
+
+# ------------------------------------------------------------------ compiled CSR loops
+@njit(cache=True)
+def _fill_grid_csr(rows, cols, indptr, indices):  # pragma: no cover - compiled
+    """The CSR arrays of the ``rows x cols`` 4-neighbour grid: neighbours up, left, right, down (sorted)."""
+    position = 0
+    for r in range(rows):
+        for c in range(cols):
+            node = r * cols + c
+            indptr[node] = position
+            if r > 0:
+                indices[position] = node - cols
+                position += 1
+            if c > 0:
+                indices[position] = node - 1
+                position += 1
+            if c < cols - 1:
+                indices[position] = node + 1
+                position += 1
+            if r < rows - 1:
+                indices[position] = node + cols
+                position += 1
+    indptr[rows * cols] = position
+
+
+@njit(cache=True)
+def _fill_symmetric_csr(indptr, lo, hi, weights, indices, data):  # pragma: no cover - compiled
+    """Scatter distinct edges ``lo <= hi``, sorted by ``(lo, hi)``, into both orientations of a CSR matrix.
+
+    Row ``r`` receives first its neighbours below ``r`` (edges ``(lo, r)``, met in increasing ``lo``), then
+    its self-loop and its neighbours above (edges ``(r, hi)``, met in increasing ``hi``): sorted rows.
+    """
+    cursor = indptr[:-1].copy()
+    for k in range(lo.size):
+        if lo[k] != hi[k]:
+            position = cursor[hi[k]]
+            indices[position] = lo[k]
+            data[position] = weights[k]
+            cursor[hi[k]] = position + 1
+    for k in range(lo.size):
+        position = cursor[lo[k]]
+        indices[position] = hi[k]
+        data[position] = weights[k]
+        cursor[lo[k]] = position + 1
+
+
+@njit(cache=True)
+def _normalize_edge_weights(indptr, indices, weights, inv_sqrt, times_degree, out):  # pragma: no cover - compiled
+    """``out[e] = weights[e] * inv_sqrt[u] * inv_sqrt[v]`` (times ``deg(u)`` with ``times_degree``), row by row,
+    with numpy's order of operations and roundings."""
+    for row in range(indptr.size - 1):
+        lo, hi = indptr[row], indptr[row + 1]
+        scale = inv_sqrt[row]
+        degree = np.float64(hi - lo)
+        for edge in range(lo, hi):
+            value = weights[edge] * scale * inv_sqrt[indices[edge]]
+            out[edge] = value * degree if times_degree else value

@@ -85,8 +85,12 @@ class ProposalTables:
         empty array when every row is uniform.
     :ivar choice_degrees: ``deg(u)`` where the proposal is uniform on ``u``'s
         neighbours (the walker takes edge ``indptr[u] + floor(U deg(u))``) and
-        ``-deg(u)`` where it samples the cumulative table by binary search (int64,
-        shape ``(N,)``).
+        ``-deg(u)`` where it samples the cumulative table by binary search (the
+        dtype of :attr:`~gp_couple.graphs.Graph.degrees`, shape ``(N,)``; the graph's
+        own ``degrees`` array when every row is uniform).
+
+    When every row is uniform, ``ratios`` is :func:`uniform_ratios` and ``choice_degrees``
+    the graph's degrees, shared (not copied) with the graph and every uniform proposal.
     """
 
     ratios: np.ndarray
@@ -95,18 +99,35 @@ class ProposalTables:
 
 
 def uniform_ratios(graph: Graph) -> np.ndarray:
-    r"""Importance ratios :math:`\widetilde W(u, v)\deg(u)` of uniform neighbour choice (CSR order, cached)."""
+    r"""Importance ratios :math:`\widetilde W(u, v)\deg(u)` of uniform neighbour choice (CSR order, cached).
+
+    Computed without :meth:`~gp_couple.graphs.Graph.normalized_weights`, which is therefore
+    not kept with the graph for the walks' sake (bit for bit its product with the degrees).
+    """
 
     def build() -> np.ndarray:
-        ratios = graph.normalized_weights() * np.repeat(graph.degrees, graph.degrees)
+        ratios = graph.compute_normalized_weights(times_degree=True)
         ratios.setflags(write=False)
         return ratios
 
     return graph.derived("walk_ratios", build)
 
 
-def _edge_rows(graph: Graph) -> np.ndarray:
-    return np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees)
+def _uniform_rows(graph: Graph, values: np.ndarray) -> np.ndarray:
+    """Whether each row's ``values`` (one per CSR edge) are all equal; rows without edges count as uniform."""
+    uniform = np.ones(graph.num_nodes, dtype=bool)
+    occupied = np.flatnonzero(graph.degrees)
+    if occupied.size:
+        # Segments from one occupied row's start to the next's are exactly that row's edges.
+        starts = graph.indptr[occupied]
+        uniform[occupied] = np.maximum.reduceat(values, starts) == np.minimum.reduceat(values, starts)
+    return uniform
+
+
+def _uniform_tables(graph: Graph) -> ProposalTables:
+    """The tables of a proposal that is uniform on every row (shared with the graph, nothing copied)."""
+    return ProposalTables(ratios=uniform_ratios(graph), cumulative=np.empty(0, dtype=np.float64),
+                          choice_degrees=graph.degrees)
 
 
 @njit(cache=True)
@@ -140,7 +161,7 @@ class NeighbourProposal(ValueEquality, Registered, ABC, registry=NEIGHBOUR_PROPO
 
     def importance_ratios(self, graph: Graph, probabilities: np.ndarray) -> np.ndarray:
         r""":math:`\widetilde W(u, v)/P(v \mid u)` per edge (used on rows that are not uniform)."""
-        return graph.normalized_weights() / probabilities
+        return graph.compute_normalized_weights() / probabilities
 
     def tables(self, graph: Graph) -> ProposalTables:
         """The sampler's tables for ``graph`` (validated once, cached on the graph).
@@ -176,29 +197,25 @@ class NeighbourProposal(ValueEquality, Registered, ABC, registry=NEIGHBOUR_PROPO
 
     def _build_tables(self, graph: Graph) -> ProposalTables:
         probabilities = self._checked_probabilities(graph)
-        degrees = graph.degrees
-        rows = _edge_rows(graph)
         # A row is uniform when its probabilities are exactly equal: there the sampler
         # uses the uniform draw and the uniform ratio, bit for bit as UniformProposal.
-        row_max = np.full(graph.num_nodes, -np.inf)
-        row_min = np.full(graph.num_nodes, np.inf)
-        np.maximum.at(row_max, rows, probabilities)
-        np.minimum.at(row_min, rows, probabilities)
-        uniform_rows = (row_max == row_min) | (degrees == 0)
-        ratios = uniform_ratios(graph)
+        uniform_rows = _uniform_rows(graph, probabilities)
+        if np.all(uniform_rows):
+            return _uniform_tables(graph)
+        # Some rows are not uniform: these tables hold their own ratios (the uniform ones,
+        # computed afresh rather than kept with the graph, then overwritten on those rows).
+        degrees = graph.degrees
+        weighted_edges = np.repeat(~uniform_rows, degrees)
+        ratios = graph.compute_normalized_weights(times_degree=True)
+        ratios[weighted_edges] = self.importance_ratios(graph, probabilities)[weighted_edges]
+        del weighted_edges
+        cumulative = np.empty_like(probabilities)
+        _row_cumulative(graph.indptr, probabilities, cumulative)
         choice_degrees = degrees.copy()
-        cumulative = np.empty(0, dtype=np.float64)
-        if not np.all(uniform_rows):
-            weighted_edges = ~uniform_rows[rows]
-            ratios = ratios.copy()
-            ratios[weighted_edges] = self.importance_ratios(graph, probabilities)[weighted_edges]
-            cumulative = np.empty_like(probabilities)
-            _row_cumulative(graph.indptr, probabilities, cumulative)
-            choice_degrees[~uniform_rows] *= -1
+        choice_degrees[~uniform_rows] *= -1
         for array in (ratios, cumulative, choice_degrees):
             array.setflags(write=False)
         return ProposalTables(ratios=ratios, cumulative=cumulative, choice_degrees=choice_degrees)
-
 
 
 class UniformProposal(NeighbourProposal):
@@ -213,9 +230,7 @@ class UniformProposal(NeighbourProposal):
         # Every row is uniform: no probability table needs building or checking.
         if not isinstance(graph, Graph):
             raise TypeError(f"graph must be a gp_couple.Graph, got {type(graph).__name__}")
-        return graph.derived("proposal_tables:uniform", lambda: ProposalTables(
-            ratios=uniform_ratios(graph), cumulative=np.empty(0, dtype=np.float64),
-            choice_degrees=graph.degrees))
+        return graph.derived("proposal_tables:uniform", lambda: _uniform_tables(graph))
 
 
 class WeightedProposal(NeighbourProposal):
@@ -230,12 +245,19 @@ class WeightedProposal(NeighbourProposal):
     name = "weighted"
 
     def edge_probabilities(self, graph: Graph) -> np.ndarray:
-        rows = _edge_rows(graph)
-        return graph.weights / graph.weighted_degrees[rows]
+        return graph.weights / np.repeat(graph.weighted_degrees, graph.degrees)
 
     def importance_ratios(self, graph: Graph, probabilities: np.ndarray) -> np.ndarray:
         weighted_degrees = graph.weighted_degrees
-        return np.sqrt(weighted_degrees[_edge_rows(graph)] / weighted_degrees[graph.indices])
+        return np.sqrt(np.repeat(weighted_degrees, graph.degrees) / weighted_degrees[graph.indices])
+
+    def _build_tables(self, graph: Graph) -> ProposalTables:
+        # Equal weights on a row make its probabilities W_uv / d_u equal (and valid: positive,
+        # finite, summing to one), so a graph whose rows all have equal weights (every
+        # unweighted graph) gets the uniform tables without an edge-sized probability table.
+        if np.all(_uniform_rows(graph, graph.weights)):
+            return _uniform_tables(graph)
+        return super()._build_tables(graph)
 
 
 #: The proposal used when none is given: weight-proportional, which equals uniform on

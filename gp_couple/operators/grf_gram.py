@@ -79,6 +79,21 @@ def _densified(values: Tensor, pattern: CSRPattern) -> Tensor:
     return flat.reshape(*batch, *pattern.shape)
 
 
+class _SymmetricGram(torch.autograd.Function):
+    r""":math:`\Phi\Phi^\top` for a dense :math:`\Phi`, whose backward is one product,
+    :math:`(\mathbf G + \mathbf G^\top)\Phi`, where autograd would form two."""
+
+    @staticmethod
+    def forward(ctx: Any, dense: Tensor) -> Tensor:
+        ctx.save_for_backward(dense)
+        return dense @ dense.mT
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (dense,) = ctx.saved_tensors
+        return (grad + grad.mT) @ dense
+
+
 def _dense_product(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOperator) -> Tensor:
     r"""Dense :math:`\Phi_A\Phi_B^\top` without densifying either feature matrix over all nodes.
 
@@ -94,8 +109,9 @@ def _dense_product(left: SparseFeatureLinearOperator, right: SparseFeatureLinear
     symmetric = left is right
     if (left.size(-2) + (0 if symmetric else right.size(-2))) * union.numel() <= _DENSE_CHUNK_ENTRIES:
         dense_left = _densified(left.values, left_compact)
-        dense_right = dense_left if symmetric else _densified(right.values, right_compact)
-        return dense_left @ dense_right.mT
+        if symmetric:
+            return _SymmetricGram.apply(dense_left)
+        return dense_left @ _densified(right.values, right_compact).mT
     if left.size(-2) < right.size(-2):
         return _dense_product(right, left).mT
     num_dense = right.size(-2)

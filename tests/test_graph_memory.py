@@ -1,0 +1,195 @@
+"""The structural facts the graph's lean memory relies on (issue 20): no RSS or timing here.
+
+* :func:`grid_graph` and :meth:`Graph.from_edges` write the CSR arrays directly, and they
+  are the arrays of the old construction (a scipy COO matrix of both orientations, summed,
+  symmetrised as ``(A + A^T) / 2``), value for value;
+* the index arrays are int32 below ``2**31 - 1`` nodes and entries, and scipy views of the
+  graph share them (no int64 copies);
+* the walk tables share the graph's degrees, the uniform ratios are bit for bit
+  ``normalized_weights() * degrees`` without keeping :math:`\\widetilde W`, and walks are the
+  same, bit for bit, on int32 and int64 index arrays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gp_couple.couplings.proposals import DEFAULT_PROPOSAL, UniformProposal, WeightedProposal, uniform_ratios
+from gp_couple.features.walks import walk_endpoints_with_lengths, walk_with_lengths
+from gp_couple.graphs import Graph, _index_dtype, grid_graph
+
+
+def old_csr(edges: np.ndarray, weights: np.ndarray, num_nodes: int) -> sp.csr_matrix:
+    """The CSR matrix the builders made before: COO of both orientations, summed, ``(A + A^T) / 2``."""
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    mirrored = edges[:, 0] != edges[:, 1]
+    rows = np.concatenate([edges[:, 0], edges[mirrored, 1]])
+    cols = np.concatenate([edges[:, 1], edges[mirrored, 0]])
+    data = np.concatenate([weights, weights[mirrored]])
+    matrix = sp.coo_matrix((data, (rows, cols)), shape=(num_nodes, num_nodes)).tocsr()
+    matrix.sum_duplicates()
+    matrix.eliminate_zeros()
+    matrix = ((matrix + matrix.T) * 0.5).tocsr()
+    matrix.sort_indices()
+    return matrix
+
+
+def grid_edges(rows: int, cols: int) -> np.ndarray:
+    index = np.arange(rows * cols).reshape(rows, cols)
+    return np.concatenate([np.stack([index[:, :-1].ravel(), index[:, 1:].ravel()], axis=1),
+                           np.stack([index[:-1, :].ravel(), index[1:, :].ravel()], axis=1)])
+
+
+def assert_same_csr(graph: Graph, matrix: sp.csr_matrix) -> None:
+    np.testing.assert_array_equal(graph.indptr, matrix.indptr)
+    np.testing.assert_array_equal(graph.indices, matrix.indices)
+    assert graph.weights.tobytes() == matrix.data.astype(np.float64).tobytes()
+
+
+def with_int64_indices(graph: Graph) -> Graph:
+    """The same graph holding int64 index arrays (those of a graph past 2**31 entries)."""
+    wide = Graph.__new__(Graph)
+    wide._indptr, wide._indices = graph.indptr.astype(np.int64), graph.indices.astype(np.int64)
+    wide._weights, wide._num_nodes = graph.weights, graph.num_nodes
+    return wide
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (1, 6), (6, 1), (2, 2), (3, 7), (16, 9)])
+def test_grid_csr_is_the_old_construction(rows: int, cols: int) -> None:
+    graph = grid_graph(rows, cols)
+    edges = grid_edges(rows, cols)
+    assert_same_csr(graph, old_csr(edges, np.ones(len(edges)), rows * cols))
+    assert graph == Graph.from_edges(edges.reshape(-1, 2), num_nodes=rows * cols)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_edge_lists_build_the_old_csr(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    num_nodes = int(rng.integers(2, 30))
+    edges = rng.integers(0, num_nodes, size=(int(rng.integers(1, 120)), 2))
+    # Both orientations, repeats, zero weights and self-loops; dyadic weights sum exactly in any order.
+    weights = rng.integers(0, 5, size=len(edges)) / 4.0
+    for self_loops in ("drop", "keep"):
+        graph = Graph.from_edges(edges, weights=weights, num_nodes=num_nodes + 2, self_loops=self_loops)
+        kept = edges[:, 0] != edges[:, 1] if self_loops == "drop" else np.ones(len(edges), dtype=bool)
+        assert_same_csr(graph, old_csr(edges[kept], weights[kept], num_nodes + 2))
+        assert graph == Graph(graph.adjacency, self_loops="keep")
+
+
+def test_repeated_edges_with_arbitrary_weights_are_exactly_symmetric() -> None:
+    # Weights are summed in list order: the same sum for (u, v) and (v, u), so W is symmetric
+    # without averaging (an edge listed three or more times may differ from the old
+    # construction in the last bit).
+    rng = np.random.default_rng(1)
+    edges, weights = rng.integers(0, 6, size=(80, 2)), rng.random(80)
+    graph = Graph.from_edges(edges, weights=weights, self_loops="keep")
+    adjacency = graph.adjacency
+    assert (adjacency != adjacency.T).nnz == 0
+    reference = old_csr(edges, weights, 6)
+    np.testing.assert_array_equal(graph.indptr, reference.indptr)
+    np.testing.assert_array_equal(graph.indices, reference.indices)
+    np.testing.assert_allclose(graph.weights, reference.data, rtol=1e-15)
+
+
+def test_edge_list_checks_are_those_of_matrices() -> None:
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        Graph.from_edges([[0, 1]], weights=[np.nan])
+    with pytest.raises(ValueError, match="negative weights"):
+        Graph.from_edges([[0, 1], [1, 2]], weights=[1.0, -2.0])
+    with pytest.raises(ValueError, match=r"2 self-loop\(s\) \(e.g. node 1\)"):
+        Graph.from_edges([[3, 3], [1, 1], [1, 1], [0, 1], [2, 2]], weights=[1.0, 1.0, 1.0, 1.0, 0.0])
+    with pytest.raises(ValueError, match="node 1 has weighted degree"):
+        Graph.from_edges([[0, 1], [2, 1]], weights=[0.6e300, 0.6e300])
+    with pytest.raises(ValueError, match="graph is empty"):
+        Graph.from_edges(np.zeros((0, 2), dtype=np.int64))
+    assert Graph.from_edges([], num_nodes=3).degrees.tolist() == [0, 0, 0]
+    only_zero = Graph.from_edges([[0, 1], [1, 2]], weights=[0.0, 1.0])
+    assert only_zero.num_edges == 1 and only_zero.degrees.tolist() == [0, 1, 1]
+
+
+def test_exactly_symmetric_matrices_are_kept_and_round_off_is_averaged() -> None:
+    rng = np.random.default_rng(2)
+    upper = sp.random(20, 20, density=0.3, random_state=3, format="csr")
+    symmetric = (upper + upper.T).tocsr()
+    graph = Graph(symmetric, self_loops="keep")
+    symmetric.sort_indices()
+    assert_same_csr(graph, symmetric)
+    noisy = symmetric.copy()
+    noisy.data = noisy.data * (1 + 1e-15 * rng.standard_normal(noisy.nnz))
+    averaged = ((noisy + noisy.T) * 0.5).tocsr()
+    averaged.sort_indices()
+    assert_same_csr(Graph(noisy, self_loops="keep"), averaged)
+
+
+def test_index_arrays_are_int32_and_shared_with_scipy_views() -> None:
+    graph = grid_graph(5, 4)
+    assert graph.indptr.dtype == graph.indices.dtype == graph.degrees.dtype == np.int32
+    for matrix in (graph.adjacency, graph.normalized_adjacency()):
+        assert np.shares_memory(matrix.indptr, graph.indptr) and np.shares_memory(matrix.indices, graph.indices)
+    for other in (Graph.from_edges([[0, 1], [1, 2]]), Graph(np.ones((3, 3)) - np.eye(3))):
+        assert other.indptr.dtype == other.indices.dtype == np.int32
+    assert _index_dtype(10, 2**31 - 2) is np.int32
+    assert _index_dtype(10, 2**31 - 1) is np.int64 and _index_dtype(2**31 - 1, 4) is np.int64
+
+
+def test_fingerprint_hashes_int64_indices_whatever_their_dtype() -> None:
+    graph = grid_graph(3, 5)
+    digest = hashlib.sha256()
+    for array in (np.int64(graph.num_nodes), graph.indptr.astype(np.int64), graph.indices.astype(np.int64),
+                  graph.weights):
+        digest.update(array.tobytes())
+    assert graph.fingerprint() == digest.hexdigest() == with_int64_indices(graph).fingerprint()
+
+
+def test_walk_tables_share_the_graph_and_keep_no_normalised_weights() -> None:
+    graph = grid_graph(6, 7)
+    for proposal in (DEFAULT_PROPOSAL, UniformProposal()):
+        tables = proposal.tables(graph)
+        assert tables.choice_degrees is graph.degrees and tables.ratios is uniform_ratios(graph)
+        assert tables.cumulative.size == 0
+    # Neither W~ nor the weighted degrees are kept for the walks' sake.
+    assert not {"normalized_weights", "weighted_degrees"} & set(graph.__dict__["_derived"])
+    expected = graph.normalized_weights() * np.repeat(graph.degrees, graph.degrees)
+    assert uniform_ratios(graph).tobytes() == expected.tobytes()
+
+
+def test_weighted_tables_keep_the_old_values() -> None:
+    # Node 0 has unequal weights (cumulative table, ratio sqrt(d_u / d_v)); the others are uniform.
+    edges = np.array([[0, 1], [0, 2], [0, 3], [3, 4]])
+    graph = Graph.from_edges(edges, weights=[1.0, 2.0, 0.5, 0.5])
+    tables = WeightedProposal().tables(graph)
+    d, degrees = graph.weighted_degrees, graph.degrees
+    rows = np.repeat(np.arange(graph.num_nodes), degrees)
+    uniform = np.array([False, True, True, True, True])
+    expected = np.where(uniform[rows], graph.normalized_weights() * degrees[rows],
+                        np.sqrt(d[rows] / d[graph.indices]))
+    assert tables.ratios.tobytes() == expected.tobytes()
+    assert tables.choice_degrees.tolist() == [-3, 1, 1, 2, 1]
+    np.testing.assert_allclose(tables.cumulative[:3], np.cumsum(graph.weights[:3]) / d[0])
+    assert "walk_ratios" not in graph.__dict__["_derived"]
+
+
+@pytest.mark.parametrize("directions", ["independent", "repelling"])
+@pytest.mark.parametrize("proposal", ["weighted", "uniform"])
+def test_walks_are_the_same_on_int32_and_int64_indices(proposal: str, directions: str) -> None:
+    # A weighted star (a long row, searched by bisection) joined to a grid (uniform rows).
+    grid = grid_graph(5, 6)
+    hub = np.c_[np.full(20, 30), np.arange(20)]
+    edges = np.concatenate([np.column_stack(sp.triu(grid.adjacency).nonzero()), hub])
+    weights = np.concatenate([np.ones(grid.num_edges), 0.3 + np.arange(20) * 0.37])
+    graph = Graph.from_edges(edges, weights=weights)
+    wide = with_int64_indices(graph)
+    assert graph.indices.dtype == np.int32 and wide.degrees.dtype == np.int64
+    lengths = np.random.default_rng(4).integers(0, 25, size=(graph.num_nodes, 6))
+    narrow_walks = walk_with_lengths(graph, lengths, 0.1, seed=9, proposal=proposal, directions=directions)
+    wide_walks = walk_with_lengths(wide, lengths, 0.1, seed=9, proposal=proposal, directions=directions)
+    for name in ("indptr", "columns", "steps", "weights"):
+        np.testing.assert_array_equal(getattr(narrow_walks, name), getattr(wide_walks, name))
+    assert narrow_walks.weights.tobytes() == wide_walks.weights.tobytes()
+    np.testing.assert_array_equal(
+        walk_endpoints_with_lengths(graph, lengths, seed=9, proposal=proposal, directions=directions),
+        walk_endpoints_with_lengths(wide, lengths, seed=9, proposal=proposal, directions=directions))
