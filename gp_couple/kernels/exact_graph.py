@@ -33,8 +33,9 @@ class ExactGraphKernel(GraphNodeKernel):
         \mathbf K = \sum_k \alpha_k \widetilde{\mathbf W}^k = \mathbf U g_\theta(\Lambda)\mathbf U^\top .
 
     Uses one cached eigendecomposition of :math:`\widetilde{\mathbf W}`
-    (:func:`gp_couple.exact.normalized_adjacency_eigh`); each evaluation costs
-    :math:`O(n_1 n_2 N)` and is differentiable in the hyperparameters. Same
+    (:func:`gp_couple.exact.normalized_adjacency_eigh`, float64); each evaluation costs
+    :math:`O(n_1 n_2 N)` in the kernel's dtype, like gpytorch's kernels (a float32 model
+    computes in float32), and is differentiable in the hyperparameters. Same
     ``kernel_family`` submodule as :class:`~gp_couple.kernels.grf_kernel.GRFKernel`, so their state dicts transfer
     (``load_state_dict(..., strict=False)`` ignores the GRF walk buffers).
 
@@ -78,8 +79,8 @@ class ExactGraphKernel(GraphNodeKernel):
         nodes2 = nodes1 if same_inputs(x1, x2) else self.node_indices(x2, "x2", allow_batch=True)
         eigenvalues, eigenvectors = self._eigh(nodes1.device)
         dtype = self.dtype
-        spectrum = self.kernel_family.spectrum(eigenvalues.to(dtype)).to(torch.float64)
-        left, right = eigenvectors[nodes1], eigenvectors[nodes2]
+        spectrum = self.kernel_family.spectrum(eigenvalues.to(dtype))
+        left, right = eigenvectors[nodes1].to(dtype), eigenvectors[nodes2].to(dtype)
         batch = self._output_batch(spectrum.shape[:-1], x1, x2)
         if diag:
             if nodes1.shape[-1] != nodes2.shape[-1]:
