@@ -35,7 +35,7 @@ from ..sparse_pattern import CSRPattern, sparse_csr
 from . import _walk_compiled as compiled
 from .walks import WalkSteps, sample_walk_lengths
 
-__all__ = ["FEATURE_KEYS", "GraphRandomFeatures", "gram_estimate"]
+__all__ = ["FEATURE_KEYS", "GraphRandomFeatures", "StepMatrix", "gram_estimate"]
 
 #: Names of the tensors that define :class:`GraphRandomFeatures` (:meth:`~GraphRandomFeatures.tensors`),
 #: in their order; kernels store them as buffers ``features_<name>``.
@@ -163,36 +163,45 @@ class GraphRandomFeatures:
         return sum(t.element_size() * t.numel() for t in self.tensors().values())
 
     # ---------------------------------------------------------------- feature values
-    def step_matrix(self) -> torch.Tensor:
-        r"""The sparse ``(nnz, T)`` matrix :math:`\mathbf S` with :math:`\mathrm{vec}(\Phi) = \mathbf S f`."""
-        return sparse_csr(self.slot_pointer, self.steps, self.weights, (self.nnz, self.num_terms))
+    def values(self, modulation: torch.Tensor, slots: torch.Tensor | None = None) -> torch.Tensor:
+        r"""Values of :math:`\Phi(f)` on the fixed pattern, shape ``(*batch, nnz)``, or only at ``slots``.
 
-    def values(self, modulation: torch.Tensor) -> torch.Tensor:
-        r"""Values of :math:`\Phi(f)` on the fixed pattern, shape ``(*batch, nnz)``.
+        One sparse product :math:`\mathbf S f` (:class:`StepMatrix`), whose backward is
+        one product with :math:`\mathbf S^\top`.
 
         :param modulation: :math:`f(0), \dots` along the last dimension (at least
             :attr:`num_terms` terms; extra terms are ignored), any batch shape.
+        :param slots: Slots (entries of the pattern) to compute, e.g. the ``slots`` of
+            :meth:`~gp_couple.sparse_pattern.CSRPattern.select_rows`; default every slot.
+            The step matrix of a selection is rebuilt per call: callers that evaluate
+            the same selection repeatedly keep :meth:`step_matrix` instead.
         """
+        return self.step_matrix(slots).values(self._checked_modulation(modulation))
+
+    def _checked_modulation(self, modulation: Any) -> torch.Tensor:
         if not isinstance(modulation, torch.Tensor):
             raise TypeError(f"modulation must be a tensor, got {type(modulation).__name__}")
         if modulation.ndim == 0 or modulation.shape[-1] < self.num_terms:
             raise ValueError(
                 f"modulation needs at least {self.num_terms} terms (walks reach step "
                 f"{self.num_terms - 1}), got shape {tuple(modulation.shape)}")
-        f = modulation[..., : self.num_terms].to(self.weights.dtype)
-        # S f as a gather and a per-slot sum: its backward (every training step) is a
-        # gather and an index_add too. torch's CSR product S @ f rebuilt S^T in every
-        # backward: 1.2 s against a 0.08 s forward for the 2 * 10^4 rows of the
-        # 10^6-node grid protocol, where this backward takes 0.1 s.
-        terms = self.weights * f[..., self.steps]
-        return terms.new_zeros(*f.shape[:-1], self.nnz).index_add(-1, self._entry_slots, terms)
+        return modulation
+
+    def step_matrix(self, slots: torch.Tensor | None = None) -> StepMatrix:
+        r"""The step matrix :math:`\mathbf S` (slots x steps) of every slot (cached), or of ``slots``."""
+        if slots is None:
+            return self._all_steps
+        first = self.slot_pointer[slots].long()
+        counts = self.slot_pointer[slots + 1].long() - first
+        pointer = torch.zeros(slots.numel() + 1, dtype=torch.int64, device=slots.device)
+        torch.cumsum(counts, 0, out=pointer[1:])
+        entries = torch.arange(int(pointer[-1]), device=slots.device) - torch.repeat_interleave(
+            pointer[:-1] - first, counts, output_size=int(pointer[-1]))
+        return StepMatrix(pointer, self.steps[entries].long(), self.weights[entries], self.num_terms)
 
     @functools.cached_property
-    def _entry_slots(self) -> torch.Tensor:
-        r"""The slot (index into the values) of every entry of :math:`\mathbf S` (cached)."""
-        index_dtype = torch.int32 if self.nnz < 2**31 else torch.int64
-        return torch.repeat_interleave(torch.arange(self.nnz, dtype=index_dtype, device=self.slot_pointer.device),
-                                       self.slot_pointer.diff(), output_size=self.steps.numel())
+    def _all_steps(self) -> StepMatrix:
+        return StepMatrix(self.slot_pointer.long(), self.steps.long(), self.weights, self.num_terms)
 
     def feature_matrix(self, modulation: torch.Tensor) -> torch.Tensor:
         r""":math:`\Phi(f)` as a torch CSR tensor (rows x N); unbatched ``modulation`` only."""
@@ -281,6 +290,65 @@ def _check_range(index: torch.Tensor, num_nodes: int, name: str) -> None:
     if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_nodes):
         raise ValueError(f"{name} holds node indices outside [0, {num_nodes}) (from {int(index.min())} "
                          f"to {int(index.max())})")
+
+
+class StepMatrix:
+    r"""The step matrix :math:`\mathbf S` of some slots, with :math:`\mathrm{vec}(\Phi) = \mathbf S f`.
+
+    A torch CSR matrix (slots x :math:`T`); its transpose, which the backward pass
+    multiplies, is built on the first backward and kept. Each slot's value sums its
+    entries in order, whatever other slots are computed with it.
+
+    :param slot_pointer: Entry range of every slot (int64, ``(U + 1,)``).
+    :param steps: Step of every entry (int64, ``(E,)``).
+    :param weights: Weight of every entry (``(E,)``).
+    :param num_terms: :math:`T`.
+    """
+
+    def __init__(self, slot_pointer: torch.Tensor, steps: torch.Tensor, weights: torch.Tensor,
+                 num_terms: int) -> None:
+        self.num_slots = slot_pointer.numel() - 1
+        self.num_terms = int(num_terms)
+        self.matrix = sparse_csr(slot_pointer, steps, weights, (self.num_slots, self.num_terms))
+
+    @functools.cached_property
+    def transpose(self) -> torch.Tensor:
+        r""":math:`\mathbf S^\top` as a torch CSR matrix (steps x slots)."""
+        shape = (self.num_terms, self.num_slots)
+        if self.matrix.device.type != "cpu":
+            columns = self.matrix.to_sparse_csc()
+            return sparse_csr(columns.ccol_indices(), columns.row_indices(), columns.values(), shape)
+        # scipy's CSR -> CSC conversion is one counting pass, O(E + T).
+        rows = sp.csr_matrix((self.matrix.values().numpy(), self.matrix.col_indices().numpy(),
+                              self.matrix.crow_indices().numpy()), shape=(self.num_slots, self.num_terms)).tocsc()
+        return sparse_csr(torch.from_numpy(rows.indptr).long(), torch.from_numpy(rows.indices).long(),
+                          torch.from_numpy(rows.data), shape)
+
+    def values(self, modulation: torch.Tensor) -> torch.Tensor:
+        r""":math:`\mathbf S f` for ``modulation`` ``(*batch, >= T)``: shape ``(*batch, slots)``."""
+        f = modulation[..., : self.num_terms].to(self.matrix.dtype)
+        return _StepProduct.apply(f, self)
+
+
+class _StepProduct(torch.autograd.Function):
+    r""":math:`\mathbf S f` over the last dimension of ``f``; the backward is :math:`\mathbf S^\top g`."""
+
+    @staticmethod
+    def forward(ctx: Any, f: torch.Tensor, steps: StepMatrix) -> torch.Tensor:
+        ctx.steps = steps
+        return _right_product(steps.matrix, f)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        return _right_product(ctx.steps.transpose, grad), None
+
+
+def _right_product(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """``matrix @ right[..., :]`` for every batch entry of ``right`` ``(*batch, k)``: ``(*batch, rows)``."""
+    flat = right.reshape(-1, right.shape[-1])
+    return (matrix @ flat.mT.contiguous()).mT.reshape(*right.shape[:-1], matrix.shape[0])
 
 
 def gram_estimate(features: GraphRandomFeatures, modulation: Any,

@@ -54,7 +54,7 @@ from ..couplings.directions import (
 )
 from ..couplings.proposals import NeighbourProposal, UniformProposal, get_proposal, proposal_from_dict
 from ..couplings.walk_lengths import SigmaCoupling, WalkLengthCoupling, coupling_from_dict, get_walk_length_coupling
-from ..features.graph_random_features import FEATURE_KEYS, GraphRandomFeatures
+from ..features.graph_random_features import FEATURE_KEYS, GraphRandomFeatures, StepMatrix
 from ..features.sigma_fit import fit_sigma_coupling
 from ..graphs import Graph
 from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
@@ -604,19 +604,27 @@ class GRFKernel(GraphNodeKernel):
 
     def feature_operator(self, nodes: Tensor, values: Tensor | None = None,
                          name: str = "x") -> SparseFeatureLinearOperator:
-        r"""The feature rows :math:`\Phi_A` of validated node indices (``(*hyper_batch, n, N)``)."""
-        pattern, slots = self._selection(nodes, name)
-        values = self.feature_values() if values is None else values
-        return SparseFeatureLinearOperator(values[..., slots], pattern=pattern)
+        r"""The feature rows :math:`\Phi_A` of validated node indices (``(*hyper_batch, n, N)``).
 
-    def _selection(self, nodes: Tensor, name: str) -> tuple[CSRPattern, Tensor]:
+        :param values: :meth:`feature_values` if already computed; by default only the
+            selected rows' values are computed (the selection's own step matrix).
+        """
+        pattern, slots, steps = self._selection(nodes, name)
+        if values is None:
+            selected = steps.values(self.kernel_family.modulation(self._features().num_terms))
+        else:
+            selected = values[..., slots]
+        return SparseFeatureLinearOperator(selected, pattern=pattern)
+
+    def _selection(self, nodes: Tensor, name: str) -> tuple[CSRPattern, Tensor, StepMatrix]:
         # Training evaluates the kernel on the same nodes every iteration: remembering
-        # the selected pattern (per index tensor, without reading it) also keeps its
-        # cached transpose for the CG products.
+        # the selected pattern (per index tensor, without reading it) keeps its cached
+        # transpose for the CG products and its step matrix for the values.
         selections: InputCache = self._cached("selections", InputCache)
         hit = selections.get(nodes)
         if hit is None:
-            hit = selections.put(nodes, self._pattern().select_rows(self.rows(nodes, name)))
+            pattern, slots = self._pattern().select_rows(self.rows(nodes, name))
+            hit = selections.put(nodes, (pattern, slots, self._features().step_matrix(slots)))
         return hit
 
     def _batched_feature_operator(self, nodes: Tensor, values: Tensor, batch: torch.Size,
@@ -661,15 +669,16 @@ class GRFKernel(GraphNodeKernel):
         nodes1 = self.node_indices(x1, "x1", allow_batch=True)
         same = same_inputs(x1, x2)
         nodes2 = nodes1 if same else self.node_indices(x2, "x2", allow_batch=True)
-        values = self.feature_values()
-        batch = self._output_batch(values.shape[:-1], x1, x2)
         if nodes1.ndim > 1 or nodes2.ndim > 1:
             # Different nodes per batch entry: one padded pattern for the whole batch.
+            values = self.feature_values()
+            batch = self._output_batch(values.shape[:-1], x1, x2)
             left = self._batched_feature_operator(nodes1, values, batch, "x1")
             right = left if same else self._batched_feature_operator(nodes2, values, batch, "x2")
         else:
-            left = self.feature_operator(nodes1, values, "x1")
-            right = left if same else self.feature_operator(nodes2, values, "x2")
+            left = self.feature_operator(nodes1, name="x1")
+            right = left if same else self.feature_operator(nodes2, name="x2")
+            batch = self._output_batch(left.values.shape[:-1], x1, x2)
         gram = GRFGramLinearOperator(left) if right is left else GRFGramLinearOperator(left, right)
         if diag:
             if nodes1.shape[-1] != nodes2.shape[-1]:

@@ -188,3 +188,24 @@ def test_long_rows_coalesce_like_a_sorted_reference(directions: str) -> None:
                                    rtol=1e-14)
         np.testing.assert_array_equal(np.repeat(columns[rows[r]:rows[r + 1]], np.diff(slots[rows[r]:rows[r + 1] + 1])),
                                       pairs[0, starts])
+
+
+def test_values_of_selected_slots_equal_the_full_values_and_their_gradients() -> None:
+    graph = grid_graph(8, 8)
+    features = GraphRandomFeatures.sample(graph, 16, 0.2, seed=3, dtype=torch.float64)
+    _, slots = features.pattern.select_rows(torch.tensor([5, 0, 5, 17]))
+    f = torch.linspace(1.0, 0.05, features.num_terms, dtype=torch.float64).repeat(2, 1)
+    f[1] *= 0.5
+    f.requires_grad_(True)
+    weights = torch.randn(2, slots.numel(), dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    (selected_grad,) = torch.autograd.grad((features.values(f, slots) * weights).sum(), f)
+    full = features.values(f)
+    torch.testing.assert_close(features.values(f, slots), full[..., slots], rtol=1e-15, atol=0.0)
+    (full_grad,) = torch.autograd.grad((full[..., slots] * weights).sum(), f)
+    torch.testing.assert_close(selected_grad, full_grad, rtol=1e-13, atol=1e-13)
+    # Reference: S as a dense (slots x steps) matrix from the stored entries.
+    dense = torch.zeros(features.nnz, features.num_terms, dtype=torch.float64)
+    slot_of_entry = torch.repeat_interleave(torch.arange(features.nnz), features.slot_pointer.diff().long())
+    dense.index_put_((slot_of_entry, features.steps.long()), features.weights, accumulate=True)
+    torch.testing.assert_close(full.detach(), f.detach() @ dense.T, rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(selected_grad, weights @ dense[slots], rtol=1e-13, atol=1e-15)
