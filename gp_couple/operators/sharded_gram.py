@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..distributed import Collective
 from ..sparse_pattern import CSRPattern, segment_sum
-from .sparse_products import sparse_matmul
+from .sparse_products import sampled_dots, sparse_matmul
 
 __all__ = ["SharedColumns", "ShardedGramLinearOperator"]
 
@@ -107,12 +107,14 @@ class ShardedGramLinearOperator(LinearOperator):
             return (None,)
         left_vecs = left_vecs.unsqueeze(-1) if left_vecs.ndim == 1 else left_vecs
         right_vecs = right_vecs.unsqueeze(-1) if right_vecs.ndim == 1 else right_vecs
-        with torch.enable_grad():
-            values = self.values.detach().requires_grad_(True)
-            left_local, left_total = self._reduced(values, left_vecs)
-            right_local, right_total = self._reduced(values, right_vecs)
-            surrogate = (left_local * right_total.detach()).sum() + (left_total.detach() * right_local).sum()
-            (grad,) = torch.autograd.grad(surrogate, values)
+        values = self.values.detach()
+        with torch.no_grad():
+            # Entry (r, c): u_r . (Phi^T v)_c + v_r . (Phi^T u)_c, as sampled dot products
+            # (no autograd buffers: each |U_r| x k block exists once).
+            _, left_total = self._reduced(values, left_vecs)
+            _, right_total = self._reduced(values, right_vecs)
+            grad = sampled_dots(self.pattern, left_vecs[..., self.rows, :], right_total, values.shape)
+            grad += sampled_dots(self.pattern, right_vecs[..., self.rows, :], left_total, values.shape)
         return (grad,)
 
     def _diagonal(self) -> Tensor:
