@@ -95,7 +95,7 @@ def measure_proposals(spec: str, p_halt: float, walkers: int, max_length: int, r
         tables = get_proposal(proposal).tables(graph)
         for directions, repelling in (("independent", False), ("repelling", True)):
             def run(tables=tables, repelling=repelling) -> None:
-                compiled.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+                compiled.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.node_scales, tables.cumulative,
                                   tables.choice_degrees, starts, lengths, 7, 1.0 / (1.0 - p_halt),
                                   1.0 / walkers, repelling, indptr, *outputs, compiled.pool_size())
 
@@ -198,9 +198,9 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
     outputs = (np.zeros(int(indptr[-1]), dtype=graph.indices.dtype), np.zeros(int(indptr[-1]), dtype=np.uint16),
                np.zeros(int(indptr[-1]), dtype=np.float64))
     tables = get_proposal("uniform").tables(graph)
-    sample = best_of(lambda: compiled.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
-                                               tables.choice_degrees, starts, lengths, 7, 1.0 / (1.0 - p_halt),
-                                               1.0 / walkers, False, indptr, *outputs))
+    sample = best_of(lambda: compiled.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.node_scales,
+                                               tables.cumulative, tables.choice_degrees, starts, lengths, 7,
+                                               1.0 / (1.0 - p_halt), 1.0 / walkers, False, indptr, *outputs))
     sample_api = best_of(lambda: walk_with_lengths(graph, lengths, p_halt, seed=7))
     result.update(ceiling_s=ceiling, sample_s=sample, sample_vs_ceiling=ceiling / sample,
                   sample_steps_per_s=steps / sample, ceiling_steps_per_s=steps / ceiling,

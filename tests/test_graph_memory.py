@@ -149,10 +149,17 @@ def test_walk_tables_share_the_graph_and_keep_no_normalised_weights() -> None:
     graph = grid_graph(6, 7)
     for proposal in (DEFAULT_PROPOSAL, UniformProposal()):
         tables = proposal.tables(graph)
-        assert tables.choice_degrees is graph.degrees and tables.ratios is uniform_ratios(graph)
-        assert tables.cumulative.size == 0
-    # Neither W~ nor the weighted degrees are kept for the walks' sake.
-    assert not {"normalized_weights", "weighted_degrees"} & set(graph.__dict__["_derived"])
+        # Unit weights: per-node scales instead of a per-edge ratio table.
+        assert tables.choice_degrees is graph.degrees and tables.ratios.size == 0
+        assert tables.node_scales.shape == (graph.num_nodes,) and tables.cumulative.size == 0
+    # Neither W~, the weighted degrees nor the per-edge ratios are kept for the walks' sake.
+    assert not {"normalized_weights", "weighted_degrees", "walk_ratios"} & set(graph.__dict__["_derived"])
+    rows = np.repeat(np.arange(graph.num_nodes), graph.degrees)
+    on_the_fly = (tables.node_scales[rows] * tables.node_scales[graph.indices]) * graph.degrees[rows].astype(float)
+    assert on_the_fly.tobytes() == uniform_ratios(graph).tobytes() == tables.edge_ratios(graph).tobytes()
+    weighted = Graph.from_edges(np.array([[0, 1], [1, 2]]), weights=[1.0, 3.0])
+    tables = UniformProposal().tables(weighted)
+    assert tables.node_scales.size == 0 and tables.ratios is uniform_ratios(weighted)
     expected = graph.normalized_weights() * np.repeat(graph.degrees, graph.degrees)
     assert uniform_ratios(graph).tobytes() == expected.tobytes()
 

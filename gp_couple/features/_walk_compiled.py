@@ -60,7 +60,16 @@ def _choose_edge(indptr, cumulative, choice_degrees, node, u):  # pragma: no cov
 
 
 @njit(inline="always", cache=True)
-def _write_row_walks(indptr, indices, ratios, cumulative, choice_degrees, start, row_lengths, seed_u,
+def _edge_ratio(indptr, indices, ratios, node_scales, node, edge):  # pragma: no cover - compiled
+    """The importance ratio of ``edge`` out of ``node``: the table's, or on unit weights
+    :math:`(d_u^{-1/2} d_v^{-1/2}) \\deg(u)` from the per-node scales (the table's value, bit for bit)."""
+    if ratios.size:
+        return ratios[edge]
+    return (node_scales[node] * node_scales[indices[edge]]) * np.float64(indptr[node + 1] - indptr[node])
+
+
+@njit(inline="always", cache=True)
+def _write_row_walks(indptr, indices, ratios, node_scales, cumulative, choice_degrees, start, row_lengths, seed_u,
                      inv_keep, inv_walkers, columns, steps, weights, position):  # pragma: no cover - compiled
     """Write one row's entries from ``position``; return the position after them.
 
@@ -84,7 +93,7 @@ def _write_row_walks(indptr, indices, ratios, cumulative, choice_degrees, start,
         for t in range(1, length + 1):
             state, u = next_unit(state)
             edge = _choose_edge(indptr, cumulative, choice_degrees, current, u)
-            load *= ratios[edge] * inv_keep
+            load *= _edge_ratio(indptr, indices, ratios, node_scales, current, edge) * inv_keep
             current = indices[edge]
             columns[position] = current
             steps[position] = t
@@ -144,7 +153,7 @@ def _repelling_scratch(num_walkers, threads):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, row_lengths, seed_u,
+def _repelling_row(indptr, indices, ratios, node_scales, cumulative, choice_degrees, start, row_lengths, seed_u,
                    inv_keep, inv_walkers, columns, steps, weights, position, write_entries, walkers,
                    load, group_uniform, group_spacing, table_node, table_group):  # pragma: no cover - compiled
     """:func:`_write_row_walks` with repelling directions (walkers advance in lock-step).
@@ -240,7 +249,7 @@ def _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, r
             edge = _choose_edge(indptr, cumulative, choice_degrees, node, u)
             # frac(U + j/k) can round to just below 1, where u * deg may round up to deg.
             edge = min(edge, indptr[node + 1] - 1)
-            load[k] *= ratios[edge] * inv_keep
+            load[k] *= _edge_ratio(indptr, indices, ratios, node_scales, node, edge) * inv_keep
             current[k] = indices[edge]
             if write_entries:
                 columns[cursor[k]] = current[k]
@@ -251,21 +260,21 @@ def _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, r
 
 
 @njit(inline="always", cache=True)
-def _walk_row(indptr, indices, ratios, cumulative, choice_degrees, start, row_lengths, seed_u,
+def _walk_row(indptr, indices, ratios, node_scales, cumulative, choice_degrees, start, row_lengths, seed_u,
               inv_keep, inv_walkers, columns, steps, weights, position, repelling,
               scratch):  # pragma: no cover - compiled
     if repelling:
         thread = numba.get_thread_id()
-        return _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, row_lengths,
+        return _repelling_row(indptr, indices, ratios, node_scales, cumulative, choice_degrees, start, row_lengths,
                               seed_u, inv_keep, inv_walkers, columns, steps, weights, position, True,
                               scratch[0][thread], scratch[1][thread], scratch[2][thread],
                               scratch[3][thread], scratch[4][thread], scratch[5][thread])
-    return _write_row_walks(indptr, indices, ratios, cumulative, choice_degrees, start, row_lengths,
+    return _write_row_walks(indptr, indices, ratios, node_scales, cumulative, choice_degrees, start, row_lengths,
                             seed_u, inv_keep, inv_walkers, columns, steps, weights, position)
 
 
 @njit(parallel=True, cache=True)
-def walk_rows(indptr, indices, ratios, cumulative, choice_degrees, starts, lengths, seed, inv_keep,
+def walk_rows(indptr, indices, ratios, node_scales, cumulative, choice_degrees, starts, lengths, seed, inv_keep,
               inv_walkers, repelling, out_indptr, out_columns, out_steps,
               out_weights, pool):  # pragma: no cover - compiled
     """Fill one CSR row of per-step entries per start node (see :func:`_write_row_walks`).
@@ -275,13 +284,13 @@ def walk_rows(indptr, indices, ratios, cumulative, choice_degrees, starts, lengt
     seed_u = np.uint64(seed)
     scratch = _repelling_scratch(lengths.shape[1] if repelling else 0, pool)
     for r in prange(lengths.shape[0]):
-        _walk_row(indptr, indices, ratios, cumulative, choice_degrees, starts[r], lengths[r], seed_u,
+        _walk_row(indptr, indices, ratios, node_scales, cumulative, choice_degrees, starts[r], lengths[r], seed_u,
                   inv_keep, inv_walkers, out_columns, out_steps, out_weights, out_indptr[r], repelling,
                   scratch)
 
 
 @njit(parallel=True, cache=True)
-def walk_endpoints(indptr, indices, ratios, cumulative, choice_degrees, starts, lengths, seed, repelling,
+def walk_endpoints(indptr, indices, ratios, node_scales, cumulative, choice_degrees, starts, lengths, seed, repelling,
                    out_endpoints, pool):  # pragma: no cover - compiled
     """Endpoint of each walk (same random streams and moves as :func:`walk_rows`)."""
     num_rows, num_walkers = lengths.shape
@@ -294,7 +303,7 @@ def walk_endpoints(indptr, indices, ratios, cumulative, choice_degrees, starts, 
         start = starts[r]
         if repelling:
             thread = numba.get_thread_id()
-            _repelling_row(indptr, indices, ratios, cumulative, choice_degrees, start, lengths[r],
+            _repelling_row(indptr, indices, ratios, node_scales, cumulative, choice_degrees, start, lengths[r],
                            seed_u, 1.0, 1.0, no_columns, no_steps, no_weights, np.int64(0), False,
                            scratch[0][thread], scratch[1][thread], scratch[2][thread],
                            scratch[3][thread], scratch[4][thread], scratch[5][thread])
@@ -499,7 +508,7 @@ def coalesce_rows(indptr, columns, steps, weights, entry_counts, distinct_counts
 
 
 @njit(parallel=True, cache=True)
-def walk_and_coalesce_rows(indptr, indices, ratios, cumulative, choice_degrees, starts, lengths, seed,
+def walk_and_coalesce_rows(indptr, indices, ratios, node_scales, cumulative, choice_degrees, starts, lengths, seed,
                            inv_keep, inv_walkers, repelling, raw_indptr, columns, steps, weights,
                            entry_counts, distinct_counts, pool):  # pragma: no cover - compiled
     """:func:`walk_rows` followed by :func:`_coalesce_row` on each row while it is in cache."""
@@ -507,7 +516,7 @@ def walk_and_coalesce_rows(indptr, indices, ratios, cumulative, choice_degrees, 
     coalesce_scratch = _thread_scratch(raw_indptr, pool)
     scratch = _repelling_scratch(lengths.shape[1] if repelling else 0, pool)
     for r in prange(lengths.shape[0]):
-        _walk_row(indptr, indices, ratios, cumulative, choice_degrees, starts[r], lengths[r], seed_u,
+        _walk_row(indptr, indices, ratios, node_scales, cumulative, choice_degrees, starts[r], lengths[r], seed_u,
                   inv_keep, inv_walkers, columns, steps, weights, raw_indptr[r], repelling, scratch)
         thread = numba.get_thread_id()
         entries, distinct = _coalesce_row(columns, steps, weights, raw_indptr[r], raw_indptr[r + 1],

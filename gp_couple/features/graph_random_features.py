@@ -113,7 +113,7 @@ class GraphRandomFeatures:
             for lo, hi, raw_indptr, scratch in chunks:
                 entry_counts, distinct_counts = builder.counts(hi - lo)
                 compiled.walk_and_coalesce_rows(
-                    graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+                    graph.indptr, graph.indices, tables.ratios, tables.node_scales, tables.cumulative,
                     tables.choice_degrees, starts[lo:hi], lengths[lo:hi], neighbour_key,
                     1.0 / (1.0 - p), 1.0 / lengths.shape[1], repelling, raw_indptr, *scratch,
                     entry_counts, distinct_counts, compiled.pool_size())

@@ -269,7 +269,7 @@ def _walk(graph: Graph, walked: np.ndarray, p: float, seed: SeedLike, starts: np
     steps = np.empty(total, dtype=np.uint16)
     weights = np.empty(total, dtype=np.float64)
     with compiled.threads_for(total):
-        compiled.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+        compiled.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.node_scales, tables.cumulative,
                           tables.choice_degrees, starts, walked, draw_seed(seed), 1.0 / (1.0 - p),
                           1.0 / num_walkers, repelling, indptr, columns, steps, weights, compiled.pool_size())
     return WalkSteps(num_nodes=graph.num_nodes, start_nodes=starts, indptr=indptr,
@@ -387,7 +387,7 @@ def _endpoints(graph: Graph, walked: np.ndarray, seed: SeedLike, starts: np.ndar
     repelling = directions.repelling
     endpoints = np.empty(walked.shape, dtype=np.int64)
     with compiled.threads_for(int(walked.sum()) + walked.size):
-        compiled.walk_endpoints(graph.indptr, graph.indices, tables.ratios, tables.cumulative,
+        compiled.walk_endpoints(graph.indptr, graph.indices, tables.ratios, tables.node_scales, tables.cumulative,
                                tables.choice_degrees, starts, walked, draw_seed(seed), repelling,
                                endpoints, compiled.pool_size())
     return endpoints
