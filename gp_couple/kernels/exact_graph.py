@@ -80,7 +80,8 @@ class ExactGraphKernel(GraphNodeKernel):
         eigenvalues, eigenvectors = self._eigh(nodes1.device)
         dtype = self.dtype
         spectrum = self.kernel_family.spectrum(eigenvalues.to(dtype))
-        left, right = eigenvectors[nodes1].to(dtype), eigenvectors[nodes2].to(dtype)
+        # The spectrum's dtype: the kernel's, or wider where the hyperparameters are (e.g. Pyro samples).
+        left, right = eigenvectors[nodes1].to(spectrum.dtype), eigenvectors[nodes2].to(spectrum.dtype)
         batch = self._output_batch(spectrum.shape[:-1], x1, x2)
         if diag:
             if nodes1.shape[-1] != nodes2.shape[-1]:
