@@ -299,12 +299,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         from .experiments._report import check_outputs
-        from .settings import threads
+        from .settings import threads, threads_for_load
 
         # Every output path is checked before the run, not found unusable after it.
         check_outputs(args)
-        # Commands with --threads run with their thread pools bounded (None: unchanged).
-        with progress_bars(not args.quiet), threads(getattr(args, "threads", None)):
+        # Commands with --threads run with their thread pools bounded; without the option,
+        # on one thread when other work keeps every CPU busy (else the pools are unchanged).
+        count = getattr(args, "threads", None)
+        if count is None and hasattr(args, "threads"):
+            count = threads_for_load()
+            if count is not None:
+                logging.getLogger(__name__).info("the CPUs are busy with other work: running on %d thread", count)
+        with progress_bars(not args.quiet), threads(count):
             args.func(args)
     except KeyboardInterrupt:
         print(f"gp-couple {args.command}: interrupted", file=sys.stderr)

@@ -68,8 +68,8 @@ from typing import Any
 import gpytorch
 from linear_operator.settings import _value_context
 
-__all__ = ["GRFGPSettings", "available_cpus", "flush_denormals", "grf_gp_settings", "preconditioner_pivot_reuse",
-           "threads"]
+__all__ = ["GRFGPSettings", "available_cpus", "busy_cpus", "flush_denormals", "grf_gp_settings",
+           "preconditioner_pivot_reuse", "threads", "threads_for_load"]
 
 
 class preconditioner_pivot_reuse(_value_context):
@@ -231,6 +231,39 @@ def available_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - macOS, Windows
         return os.cpu_count() or 1
+
+
+def busy_cpus(samples: int = 5, interval: float = 0.02) -> int | None:
+    """Runnable tasks on the machine besides the calling one, now (``None`` where unknown).
+
+    The median over ``samples`` readings of ``/proc/loadavg`` (Linux), ``interval`` seconds
+    apart, of the runnable scheduling entities, less the calling thread: an instantaneous
+    count, unlike the load averages, which trail a change by a minute.
+    """
+    import time
+
+    counts = []
+    for sample in range(samples):
+        try:
+            with open("/proc/loadavg") as loadavg:
+                counts.append(int(loadavg.read().split()[3].split("/")[0]) - 1)
+        except (OSError, ValueError, IndexError):
+            return None
+        if sample + 1 < samples:
+            time.sleep(interval)
+    return max(0, sorted(counts)[len(counts) // 2])
+
+
+def threads_for_load() -> int | None:
+    """1 when other work already keeps every CPU available to this process busy, else ``None`` (pools as they are).
+
+    On CPUs busy with other work, thread pools wait for descheduled peers and burn CPU
+    without speeding up (:func:`threads`); one thread then runs as fast for less CPU. On
+    an idle machine the pools are left alone. The commands of ``gp-couple`` use this when
+    ``--threads`` is not given.
+    """
+    busy = busy_cpus()
+    return 1 if busy is not None and busy >= available_cpus() else None
 
 
 @contextlib.contextmanager

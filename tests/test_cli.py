@@ -148,15 +148,36 @@ def test_error_line() -> None:
 def test_threads_option_bounds_the_run_and_restores_the_pools(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
+    import gp_couple.settings as settings
     from gp_couple.experiments import grf_gram
 
     seen: list[int] = []
     monkeypatch.setattr(grf_gram, "run", lambda args: seen.append(torch.get_num_threads()) or {})
+    monkeypatch.setattr(settings, "threads_for_load", lambda: None)  # an idle machine
     before = torch.get_num_threads()
     assert main(["grf-gram", "--graph", "grid:3x3", "--threads", "1"]) == 0
     assert seen == [1] and torch.get_num_threads() == before
     assert main(["grf-gram", "--graph", "grid:3x3"]) == 0
     assert seen[-1] == before  # without --threads the pools are left as they are
+    # CPUs busy with other work: one thread unless --threads says otherwise.
+    monkeypatch.setattr(settings, "threads_for_load", lambda: 1)
+    assert main(["grf-gram", "--graph", "grid:3x3"]) == 0
+    assert seen[-1] == 1 and torch.get_num_threads() == before
+    assert main(["grf-gram", "--graph", "grid:3x3", "--threads", "2"]) == 0
+    assert seen[-1] == min(2, settings.available_cpus())
+
+
+def test_threads_for_load_reads_the_runnable_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gp_couple.settings as settings
+
+    busy = settings.busy_cpus(samples=3, interval=0.0)
+    assert busy is None or busy >= 0
+    monkeypatch.setattr(settings, "available_cpus", lambda: 2)
+    for runnable, expected in ((0, None), (1, None), (2, 1), (9, 1)):
+        monkeypatch.setattr(settings, "busy_cpus", lambda runnable=runnable: runnable)
+        assert settings.threads_for_load() == expected
+    monkeypatch.setattr(settings, "busy_cpus", lambda: None)  # no /proc/loadavg
+    assert settings.threads_for_load() is None
 
 
 # ------------------------------------------------------------------ output paths, before any work

@@ -148,7 +148,8 @@ def add_threads_argument(parser: argparse.ArgumentParser, *, default: int | None
         # On a busy machine, thread pools larger than the CPU share a run gets spin-wait for
         # descheduled peers (benchmarks/bench_contention.py), so users sharing a machine should bound them.
         text = ("bound torch, numba and BLAS threads for this run, e.g. 1 on a busy machine "
-                "(default: leave the thread pools as they are)")
+                "(default: 1 if other work keeps every CPU busy when the run starts, else the thread "
+                "pools as they are)")
     else:
         text = ("torch and BLAS threads for this run (default %(default)s: fastest for these small "
                 "matrices, especially on a busy machine)")
