@@ -53,6 +53,9 @@ Why: on a machine shared with other work, pools sized to every core lose their c
 to other processes, and OpenBLAS and OpenMP workers busy-wait for each other while one
 of them is descheduled, so a run slows far more than in proportion to the CPU it
 loses (``benchmarks/bench_contention.py`` measures it; ``benchmarks/RESULTS.md``).
+The ``gp-couple`` commands therefore run on one thread when other work already keeps
+every CPU busy as they start (:func:`threads_for_load`), unless ``--threads`` says
+otherwise.
 """
 
 from __future__ import annotations
