@@ -186,6 +186,25 @@ def expected_walk_bytes(num_rows: int, num_walkers: int, p_halt: float,
     return entries * _BYTES_PER_ENTRY + float(num_rows) * num_walkers * _BYTES_PER_LENGTH
 
 
+def walkers_within_memory(num_rows: int, p_halt: float, max_length: int | None = None,
+                          fraction: float = 0.5) -> int | None:
+    """The most walkers per node (even, at least 2) whose walks' :func:`expected_walk_bytes` fit in
+    ``fraction`` of the machine's physical memory; ``None`` where the memory is unknown.
+
+    :param num_rows: Start nodes the walks are sampled from.
+    :param p_halt: Termination probability.
+    :param max_length: Longest walk (``None``: unbounded).
+    :param fraction: Share of the physical memory the walks may take.
+    """
+    available = _physical_memory()
+    if available is None or num_rows <= 0:
+        return None
+    per_walker = expected_walk_bytes(num_rows, 1, p_halt, max_length) - expected_walk_bytes(num_rows, 0, p_halt,
+                                                                                             max_length)
+    walkers = (fraction * available - expected_walk_bytes(num_rows, 0, p_halt, max_length)) / per_walker
+    return max(2, 2 * int(walkers // 2))
+
+
 def _physical_memory() -> int | None:
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

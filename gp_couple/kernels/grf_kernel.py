@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from copy import deepcopy
 from typing import Any
 
@@ -56,6 +57,7 @@ from ..couplings.proposals import NeighbourProposal, UniformProposal, get_propos
 from ..couplings.walk_lengths import SigmaCoupling, WalkLengthCoupling, coupling_from_dict, get_walk_length_coupling
 from ..features.graph_random_features import FEATURE_KEYS, GraphRandomFeatures, StepMatrix
 from ..features.sigma_fit import fit_sigma_coupling
+from ..features.walks import walkers_within_memory
 from ..graphs import Graph
 from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
 from ..kernel_families import KernelFamily
@@ -68,6 +70,7 @@ from .walk_schedule import (
     MAX_PREDICT_WALKERS,
     PREDICT_GRAM_TOLERANCE,
     SIGMA_FIT_SAMPLES,
+    GramToleranceWarning,
     WalkSchedule,
     warn_if_short,
 )
@@ -237,18 +240,31 @@ class GRFKernel(GraphNodeKernel):
 
         :param tolerance: Largest acceptable estimated relative error.
         :param start: First walker count tried (even).
-        :param max_walkers: Largest walker count returned (even).
+        :param max_walkers: Largest walker count returned (even); lower where the walks of the
+            kernel's rows would not fit in half the machine's memory
+            (:func:`~gp_couple.features.walks.walkers_within_memory`), with a
+            :class:`~gp_couple.kernels.walk_schedule.GramToleranceWarning` if that leaves the
+            estimate above ``tolerance``.
         :param p_halt: Termination probability (default: the kernel's).
         :param coupling: Walk-length coupling (default: the kernel's).
         :param seed: Seed of the estimates.
         :return: ``(num_walkers, estimated_error)``.
         """
-        walkers = min(int(start), int(max_walkers))
+        fitting = walkers_within_memory(self.features_start_nodes.numel(), self.p_halt if p_halt is None else p_halt,
+                                        self.max_length)
+        within_memory = int(max_walkers) if fitting is None else min(int(max_walkers), fitting)
+        walkers = min(int(start), within_memory)
         error = self.estimate_gram_error(num_walkers=walkers, p_halt=p_halt, coupling=coupling, seed=seed)
-        if error > tolerance and walkers < max_walkers:
+        if error > tolerance and walkers < within_memory:
             wanted = walkers * (error / tolerance) ** 2
-            walkers = int(min(max_walkers, 2 * math.ceil(wanted / 2)))
+            walkers = int(min(within_memory, 2 * math.ceil(wanted / 2)))
             error = self.estimate_gram_error(num_walkers=walkers, p_halt=p_halt, coupling=coupling, seed=seed)
+        if error > tolerance and walkers == within_memory < int(max_walkers):
+            warnings.warn(f"{walkers} walkers per node are as many as half this machine's memory holds for walks "
+                          f"from {self.features_start_nodes.numel()} nodes; they reach an estimated relative Gram "
+                          f"error of {error:.3g}, above the tolerance {tolerance:g}. Sample walks from fewer nodes "
+                          "(nodes=...), or use an exact kernel (MatrixFreeGraphKernel) at this range",
+                          GramToleranceWarning, stacklevel=3)
         return walkers, error
 
     def halting_for_range(self, max_inflation: float = DEFAULT_MAX_INFLATION) -> float:

@@ -143,3 +143,22 @@ def test_walks_within_the_tolerance_do_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error", GramToleranceWarning)
         _fit(model)
+
+
+def test_walker_counts_stay_within_half_the_memory_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gp_couple.features import walks
+
+    kernel = GRFKernel(grid_graph(10, 10), kernel_family=Diffusion(2.0), num_walkers=4, p_halt=0.2, seed=0)
+    per_walker = walks.expected_walk_bytes(100, 1, 0.2) - walks.expected_walk_bytes(100, 0, 0.2)
+    # A machine whose half-memory holds the walks of 12 walkers from each of the 100 nodes.
+    memory = 2 * (walks.expected_walk_bytes(100, 0, 0.2) + 12.5 * per_walker)
+    monkeypatch.setattr(walks, "_physical_memory", lambda: int(memory))
+    assert walks.walkers_within_memory(100, 0.2) == 12
+    with pytest.warns(GramToleranceWarning, match="half this machine's memory"):
+        walkers, error = kernel.walkers_for(1e-4, start=4, max_walkers=4096)
+    assert walkers == 12 and error > 1e-4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GramToleranceWarning)
+        assert kernel.walkers_for(0.9, start=4, max_walkers=4096)[0] == 4  # met below the cap: silent
+    monkeypatch.setattr(walks, "_physical_memory", lambda: None)  # unknown memory: no cap
+    assert walks.walkers_within_memory(100, 0.2) is None
