@@ -104,10 +104,6 @@ class ProposalTables:
     choice_degrees: np.ndarray
     node_scales: np.ndarray = field(default_factory=lambda: _EMPTY)
 
-    def edge_ratios(self, graph: Graph) -> np.ndarray:
-        """:attr:`ratios` of every edge, computed from :attr:`node_scales` if the tables hold no per-edge array."""
-        return self.ratios if self.ratios.size or not self.node_scales.size else uniform_ratios(graph)
-
 
 #: The empty table (read-only).
 _EMPTY = np.empty(0, dtype=np.float64)
