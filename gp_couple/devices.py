@@ -8,14 +8,26 @@ device (the experiments' protocols, the ``--device`` option) goes through.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 
-__all__ = ["DEVICE_CHOICES", "resolve_device"]
+__all__ = ["DEVICE_CHOICES", "physical_memory", "resolve_device"]
 
 #: The device strings accepted (``N`` is a CUDA device index).
 DEVICE_CHOICES = ("cpu", "cuda", "cuda:N")
+
+
+def physical_memory() -> int | None:
+    """The host's physical memory in bytes; ``None`` where the platform does not say.
+
+    The budget that memory-bounded choices (walker counts, variance methods) take a share of.
+    """
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None
 
 
 def resolve_device(device: Any, name: str = "device") -> torch.device:

@@ -358,10 +358,12 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
     :func:`gp_couple.predictive_variance.posterior_variance` to a stated accuracy:
     by a float64 Cholesky factor on training sets up to
     :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` points, whose factor also
-    gives the mean; by a block Krylov subspace grown until the estimated relative error is
-    below ``variance_tolerance`` on larger ones, with gpytorch's mean (a CG solve under its
-    settings). The estimate comes back with them (:attr:`Prediction.estimate`). Caches of an
-    earlier prediction are dropped if any parameter or buffer changed since (e.g. after
+    gives the mean; on larger ones by a sparse LU factor where the kernel matrices are
+    sparse (GRF kernels; the mean from the same factor), else by a block Krylov subspace
+    grown until the estimated relative error is below ``variance_tolerance``, with
+    gpytorch's mean (a CG solve under its settings). The estimate comes back with them
+    (:attr:`Prediction.estimate`). Caches of an earlier prediction are dropped if any
+    parameter or buffer changed since (e.g. after
     :meth:`~gp_couple.kernels.grf_kernel.GRFKernel.resample`).
 
     :param model: A trained :class:`GraphGP` (or any ExactGP on node-index inputs).
@@ -371,7 +373,7 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
         what NLPD needs); ``False`` returns the latent :math:`g(v_*)` variance.
     :param variance: ``"auto"`` (dense up to
         :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` training points,
-        Krylov above), ``"dense"`` or ``"lanczos"``.
+        sparse or Krylov above), ``"dense"``, ``"sparse"`` or ``"lanczos"``.
     :param variance_tolerance: Largest estimated relative error of the Krylov variances.
     :param seed: Seeds the random vectors of CG solves and of the Krylov start block
         (torch's global generator is restored afterwards); ``None`` draws them from

@@ -16,6 +16,14 @@ training set. This module chooses the method by size and stops on an error estim
 
 * ``"dense"``: :math:`\mathbf A` is formed and factorised by Cholesky in float64. Exact
   (to rounding); used up to :data:`DENSE_VARIANCE_SIZE` training points.
+* ``"sparse"``: when :math:`\mathbf A` and :math:`\mathbf K_{*X}` are sparse (GRF kernels:
+  two nodes covary only where their walks meet, :meth:`GRFGramLinearOperator.scipy_matrix
+  <gp_couple.operators.grf_gram.GRFGramLinearOperator.scipy_matrix>`), a sparse LU factor
+  of :math:`\mathbf A` with a fill-reducing ordering and sparse triangular solves per test
+  point (:class:`~gp_couple.sparse_factor.SparseFactor`). Exact (to rounding), with the
+  mean from the same factor; used above :data:`DENSE_VARIANCE_SIZE` training points when
+  the factor's allowance (:func:`~gp_couple.sparse_factor.factor_bytes_bound`) fits in
+  half the physical memory.
 * ``"lanczos"``: a block Krylov subspace :math:`\mathcal Q_r` of :math:`\mathbf A`
   (random start block, full reorthogonalisation in float64) and the Galerkin
   approximation :math:`\mathbf A^{-1} \approx \mathbf Q_r (\mathbf Q_r^\top \mathbf A
@@ -34,30 +42,49 @@ training set. This module chooses the method by size and stops on an error estim
   error estimate (a bound for the probed points, an estimate for the others).
   last step). The products with :math:`\mathbf A` and :math:`\mathbf K_{*X}` are the
   operators' own (sparse for GRF kernels, matrix-free for Chebyshev kernels), one block
-  of columns at a time.
+  of columns at a time. The subspace is kept in float64 for the training and the test
+  points; it stops growing where it would take more than :data:`KRYLOV_MEMORY_FRACTION`
+  of the physical memory, and the estimate then says that it did not converge (the
+  variances are still upper bounds of the exact ones).
 
-Both work on batched operators (hyperparameter batches, e.g. NUTS samples) one batch
+All work on batched operators (hyperparameter batches, e.g. NUTS samples) one batch
 entry at a time.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from dataclasses import dataclass
 
+import numpy as np
+import scipy.sparse as sp
 import torch
+from gpytorch.lazy import LazyEvaluatedKernelTensor
 from linear_operator import to_linear_operator
-from linear_operator.operators import LinearOperator
+from linear_operator.operators import (
+    ConstantMulLinearOperator,
+    DiagLinearOperator,
+    LinearOperator,
+    SumLinearOperator,
+)
 from torch import Tensor
 
 from ._checks import check_fraction
+from .devices import physical_memory
+from .operators.grf_gram import GRFGramLinearOperator
+from .sparse_factor import SparseFactor, factor_bytes_bound
 
-__all__ = ["DENSE_VARIANCE_SIZE", "VARIANCE_METHODS", "VarianceEstimate", "posterior_variance"]
+__all__ = ["DENSE_VARIANCE_SIZE", "KRYLOV_MEMORY_FRACTION", "VARIANCE_METHODS", "VarianceEstimate",
+           "VarianceToleranceWarning", "posterior_variance", "sparse_form"]
 
 #: Largest training set whose variances are computed by dense float64 Cholesky under ``"auto"``.
 DENSE_VARIANCE_SIZE = 10_000
 #: The variance methods :func:`posterior_variance` accepts.
-VARIANCE_METHODS = ("auto", "dense", "lanczos")
+VARIANCE_METHODS = ("auto", "dense", "sparse", "lanczos")
+#: Share of the physical memory the Krylov subspace (training and test sides, float64) may take.
+KRYLOV_MEMORY_FRACTION = 0.5
 #: Columns of the Krylov block (products are done a block at a time).
 _BLOCK = 64
 #: Rank of the first convergence check; it grows by :data:`_GROWTH` after each.
@@ -74,19 +101,100 @@ _TEST_CHUNK = 2048
 class VarianceEstimate:
     """How predictive variances were computed, and how accurate they are estimated to be.
 
-    :ivar method: ``"dense"`` (float64 Cholesky) or ``"lanczos"`` (block Krylov subspace).
-    :ivar rank: Dimension of the Krylov subspace (the training-set size for ``"dense"``).
+    :ivar method: ``"dense"`` (float64 Cholesky), ``"sparse"`` (sparse LU factor) or
+        ``"lanczos"`` (block Krylov subspace).
+    :ivar rank: Dimension of the Krylov subspace (the training-set size for ``"dense"``
+        and ``"sparse"``).
     :ivar relative_error: Estimated largest relative error of any variance (0 for
-        ``"dense"``; for ``"lanczos"`` the largest residual bound on the probed test
-        points; the variances are too large, never too small).
+        ``"dense"`` and ``"sparse"``; for ``"lanczos"`` the largest residual bound on the
+        probed test points; the variances are too large, never too small).
     :ivar converged: Whether ``relative_error`` reached the requested tolerance (the
-        subspace grows until it does, up to the whole space).
+        subspace grows until it does, up to the whole space or the memory limit).
     """
 
     method: str
     rank: int
     relative_error: float
     converged: bool
+
+
+class VarianceToleranceWarning(UserWarning):
+    """Krylov variances stopped short of their tolerance (memory limit): they are too large by up to the estimate."""
+
+
+@functools.singledispatch
+def sparse_form(operator: object) -> sp.csr_matrix | None:
+    """An unbatched operator as a float64 SciPy CSR matrix when its structure is sparse, else ``None``.
+
+    Dispatches on the operator's type: GRF kernel matrices, their sums with diagonals (the
+    noise), constant multiples and gpytorch's lazily evaluated kernel tensors have one;
+    register further types with ``sparse_form.register``.
+    """
+    return None
+
+
+@sparse_form.register
+def _(operator: LazyEvaluatedKernelTensor) -> sp.csr_matrix | None:
+    return sparse_form(operator.evaluate_kernel())
+
+
+@sparse_form.register
+def _(operator: GRFGramLinearOperator) -> sp.csr_matrix | None:
+    return None if operator.batch_shape else operator.scipy_matrix()
+
+
+@sparse_form.register
+def _(operator: DiagLinearOperator) -> sp.csr_matrix | None:
+    if operator.batch_shape:
+        return None
+    return sp.diags(operator.diagonal().detach().to(torch.float64).cpu().numpy(), format="csr")
+
+
+@sparse_form.register
+def _(operator: SumLinearOperator) -> sp.csr_matrix | None:
+    parts = [sparse_form(part) for part in operator.linear_ops]
+    return None if any(part is None for part in parts) else sp.csr_matrix(sum(parts[1:], parts[0]))
+
+
+@sparse_form.register
+def _(operator: ConstantMulLinearOperator) -> sp.csr_matrix | None:
+    base = sparse_form(operator.base_linear_op)
+    if base is None or operator.expanded_constant.numel() != 1:
+        return None
+    return base * float(operator.expanded_constant.reshape(()))
+
+
+def _sparse_moments(train_covariance: sp.csr_matrix, cross: sp.csr_matrix, prior_diagonal: Tensor,
+                    residual: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """Exact variances (and mean corrections) from a sparse LU factor of the training covariance."""
+    factor = SparseFactor(train_covariance)
+    device = prior_diagonal.device
+    correction = torch.from_numpy(factor.inverse_quadratic_forms(cross)).to(device)
+    variance = prior_diagonal.double() - correction
+    shift = None
+    if residual is not None:
+        weights = factor.solve(residual.detach().double().cpu().numpy())
+        shift = torch.from_numpy(np.asarray(cross @ weights, dtype=np.float64)).to(device)
+    return variance, shift
+
+
+def _sparse_pair(train_covariance: LinearOperator,
+                 cross: LinearOperator) -> tuple[sp.csr_matrix, sp.csr_matrix] | None:
+    """Sparse forms of both operators, or ``None`` where either has none."""
+    train = sparse_form(train_covariance)
+    if train is None:
+        return None
+    cross_matrix = sparse_form(cross)
+    return None if cross_matrix is None else (train, cross_matrix)
+
+
+def _krylov_rank_limit(size: int, num_test: int) -> int:
+    """The largest Krylov rank whose float64 blocks (basis and image over the training points,
+    projections over the test points) fit in :data:`KRYLOV_MEMORY_FRACTION` of the memory."""
+    available = physical_memory()
+    if available is None:
+        return size
+    return max(_BLOCK, int(KRYLOV_MEMORY_FRACTION * available / (8 * (2 * size + num_test))))
 
 
 def _dense_moments(train_covariance: LinearOperator, cross: LinearOperator, prior_diagonal: Tensor,
@@ -132,7 +240,8 @@ def _lanczos_variance(train_covariance: LinearOperator, cross: LinearOperator, p
     projections: list[Tensor] = []    # K_{*X} Q_j
     block = torch.randn(size, min(_BLOCK, size), generator=generator, dtype=torch.float64).to(device)
     block = _orthonormal(block, basis)
-    check_at = min(_FIRST_CHECK, size)
+    limit = min(size, _krylov_rank_limit(size, cross.shape[-2]))
+    check_at = min(_FIRST_CHECK, limit)
     while True:
         while block.shape[-1] and sum(q.shape[-1] for q in basis) < check_at:
             basis.append(block)
@@ -158,7 +267,15 @@ def _lanczos_variance(train_covariance: LinearOperator, cross: LinearOperator, p
                                   torch.full_like(bound, math.inf)).max())
         if error <= tolerance:
             return variance, VarianceEstimate("lanczos", rank, error, True)
-        check_at = min(int(_GROWTH * rank), size)
+        if rank >= limit:
+            warnings.warn(
+                f"the Krylov variances stopped at rank {rank} of {size}, the most that fits in "
+                f"{KRYLOV_MEMORY_FRACTION:.0%} of this machine's memory, with an estimated relative error of "
+                f"{error:.3g} (tolerance {tolerance:.3g}); they are too large by up to that much. Kernels with "
+                "sparse Gram matrices (GRF kernels) get exact variances from variance='sparse'",
+                VarianceToleranceWarning, stacklevel=4)
+            return variance, VarianceEstimate("lanczos", rank, error, False)
+        check_at = min(int(_GROWTH * rank), limit)
 
 
 def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearOperator | Tensor,
@@ -174,22 +291,26 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
     :param noise_floor: A lower bound of the smallest eigenvalue of :math:`\mathbf A`
         (the smallest noise variance); the ``"lanczos"`` error bound divides by it.
     :param method: ``"auto"`` (``"dense"`` up to :data:`DENSE_VARIANCE_SIZE` training
-        points, ``"lanczos"`` above), ``"dense"`` or ``"lanczos"``.
+        points; above, ``"sparse"`` where both operators have a :func:`sparse_form` whose
+        factor allowance fits in half the physical memory, else ``"lanczos"``),
+        ``"dense"``, ``"sparse"`` or ``"lanczos"``.
     :param tolerance: Largest relative error the ``"lanczos"`` estimate may have.
     :param seed: Seed of the random start block of ``"lanczos"``.
     :param residual: :math:`\mathbf y - \boldsymbol\mu_X`, shape ``(*batch, n)``: the
-        ``"dense"`` method then also returns the posterior mean correction
+        ``"dense"`` and ``"sparse"`` methods then also return the posterior mean correction
         :math:`\mathbf K_{*X}\mathbf A^{-1}(\mathbf y - \boldsymbol\mu_X)` from the same factor.
     :return: ``(variance, estimate, mean_shift)``: variances in float64 of shape
         ``(*batch, t)`` (clamped at zero), the :class:`VarianceEstimate` of the least
         accurate batch entry, and the mean correction in float64 (``None`` without
         ``residual`` or for ``"lanczos"``, whose caller solves for the mean itself).
+    :raises ValueError: If ``method="sparse"`` and an operator has no sparse form.
     """
     train_covariance = to_linear_operator(train_covariance)
     cross = to_linear_operator(cross)
     size = train_covariance.shape[-1]
+    requested = method
     if method == "auto":
-        method = "dense" if size <= DENSE_VARIANCE_SIZE or not noise_floor > 0 else "lanczos"
+        method = "dense" if size <= DENSE_VARIANCE_SIZE or not noise_floor > 0 else "sparse"
     batch_shape = torch.broadcast_shapes(train_covariance.batch_shape, cross.batch_shape, prior_diagonal.shape[:-1])
     train_covariance = train_covariance.expand(*batch_shape, size, size)
     cross = cross.expand(*batch_shape, *cross.shape[-2:])
@@ -203,6 +324,23 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
     for index in (torch.cartesian_prod(*(torch.arange(s) for s in batch_shape)).reshape(-1, len(batch_shape)).tolist()
                   if batch_shape else [[]]):
         entry = tuple(index)
+        if method == "sparse":
+            pair = _sparse_pair(train_covariance[entry] if entry else train_covariance,
+                                cross[entry] if entry else cross)
+            if pair is not None and requested == "auto" and not _factor_fits(pair[0]):
+                pair = None
+            if pair is None and requested == "sparse":
+                raise ValueError(f"variance='sparse' needs sparse kernel matrices (GRF kernels); "
+                                 f"{type(train_covariance).__name__} has none")
+            if pair is None:
+                method = "lanczos"
+            else:
+                variance, shift = _sparse_moments(*pair, prior_diagonal[entry],
+                                                  None if residual is None else residual[entry])
+                variances.append(variance)
+                shifts.extend([] if shift is None else [shift])
+                estimates.append(VarianceEstimate("sparse", size, 0.0, True))
+                continue
         if method == "dense":
             variance, shift = _dense_moments(train_covariance[entry], cross[entry], prior_diagonal[entry],
                                              None if residual is None else residual[entry])
@@ -218,6 +356,12 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
     mean_shift = torch.stack(shifts).reshape(*batch_shape, -1) if shifts else None
     worst = max(estimates, key=lambda estimate: (not estimate.converged, estimate.relative_error))
     return variance, worst, mean_shift
+
+
+def _factor_fits(matrix: sp.csr_matrix) -> bool:
+    """Whether the sparse factor's allowance (:func:`factor_bytes_bound`) fits in half the physical memory."""
+    available = physical_memory()
+    return available is None or factor_bytes_bound(matrix) <= 0.5 * available
 
 
 def check_variance_method(method: object, tolerance: object) -> float:

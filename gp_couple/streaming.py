@@ -10,8 +10,7 @@ whatever the chunk size, the order and the number of processes, and equals what 
 in-memory model (:func:`gp_couple.models.predict`) gives at the kernel's rows.
 
 With :math:`\mathbf A = s\,\Phi_X\Phi_X^\top + \sigma_n^2\mathbf I` on the :math:`n`
-observed nodes (``s`` the output scale), factorised once in float64 (exact up to
-:data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed nodes), and
+observed nodes (``s`` the output scale), factorised once in float64, and
 :math:`\mathbf w = s\,\Phi_X^\top\mathbf A^{-1}(\mathbf y - \mu)` on the nodes the training
 walks touch, a prediction node :math:`v` with features :math:`\phi_v` gets
 
@@ -26,9 +25,16 @@ the exact posterior of the GRF kernel (paper, Appendix F.2 "Scalable GPs on grap
 meet :math:`v`'s), so the quadratic form costs the square of its support, computed row by
 row in a compiled loop: each node's numbers do not depend on its chunk.
 
-Memory: :math:`\mathbf A^{-1}` is held in LAPACK's rectangular full packed format
+Up to :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed nodes,
+:math:`\mathbf A^{-1}` is held in LAPACK's rectangular full packed format
 (``?pftrf``, ``?pftri``: the blocked Cholesky factorisation and inverse, on
-:math:`n(n+1)/2` numbers, half the dense matrix, factorised and inverted in place);
+:math:`n(n+1)/2` numbers, half the dense matrix, factorised and inverted in place). Above,
+:math:`\mathbf A` is sparse (two observed nodes covary only where their walks meet) and
+is factorised by a sparse LU decomposition (:class:`~gp_couple.sparse_factor.SparseFactor`),
+and each quadratic form costs sparse triangular solves over the part of the factor
+that :math:`\mathbf k_v` reaches: exact as well, and slower per node than the packed
+inverse (milliseconds rather than microseconds), but with no limit from :math:`n^2`.
+Memory:
 :math:`\Phi_X` is read from the kernel's own rows where it holds them (the same walks,
 since walks are keyed by start node) instead of being sampled again; and the walks of a
 chunk are sampled in blocks of about :data:`WALK_ENTRIES` walk steps, so the memory of the
@@ -60,6 +66,7 @@ from .features.graph_random_features import GraphRandomFeatures
 from .kernels.grf_kernel import GRFKernel
 from .predictive_variance import DENSE_VARIANCE_SIZE
 from .progress import progress
+from .sparse_factor import SparseFactor
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "WALK_ENTRIES", "StreamedPredictor"]
 
@@ -168,8 +175,6 @@ class StreamedPredictor:
         then evaluates nothing until it is resampled.
     :raises TypeError: For another kind of model, mean or likelihood, or ``release_kernel_walks``
         with a kernel that cannot release its walks.
-    :raises ValueError: If the model has more than
-        :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed nodes.
     """
 
     def __init__(self, model: Any, likelihood: Any, *, collective: Collective | None = None,
@@ -188,9 +193,6 @@ class StreamedPredictor:
         self.noise = float(likelihood.noise.detach().reshape(-1)[0])
         self.collective = Collective() if collective is None else collective
         train = model.train_inputs[0].detach().reshape(-1).cpu().numpy().astype(np.int64)
-        if train.size > DENSE_VARIANCE_SIZE:
-            raise ValueError(f"streamed prediction factorises the training covariance densely; the model has "
-                             f"{train.size} observed nodes, more than {DENSE_VARIANCE_SIZE}")
         targets = model.train_targets.detach().double().cpu().numpy()
         #: Nodes whose walks are sampled at once (about :data:`WALK_ENTRIES` walk steps).
         self.block_size = max(1, int(WALK_ENTRIES * self.kernel.p_halt / self.kernel.num_walkers))
@@ -210,29 +212,46 @@ class StreamedPredictor:
         self._train_columns = features.T.tocsr()
         self._train_columns.sort_indices()
         del features
+        residual = targets - self.mean
+        #: The sparse LU factor of A above :data:`DENSE_VARIANCE_SIZE` observed nodes (else ``None``).
+        self.train_factor: SparseFactor | None = None
+        #: :math:`\mathbf A^{-1}` in LAPACK's rectangular full packed format (lower triangle, not
+        #: transposed) up to :data:`DENSE_VARIANCE_SIZE` observed nodes (else ``None``).
+        self.train_precision: np.ndarray | None = None
+        if train.size > DENSE_VARIANCE_SIZE:
+            covariance = self.outputscale * (self._train_columns.T @ self._train_columns) \
+                + self.noise * sp.identity(train.size, format="csr")
+            self.train_factor = SparseFactor(covariance)
+            del covariance
+            self.weights = self.outputscale * (self._train_columns @ self.train_factor.solve(residual))
+        else:
+            self._dense_training_side(residual)
+
+    def _dense_training_side(self, residual: np.ndarray) -> None:
+        """:attr:`train_precision` and :attr:`weights` from a packed float64 Cholesky factor of A."""
+        size = residual.size
         # A^{-1} in the rectangular full packed format: n(n+1)/2 numbers (n padded to even with a unit
         # diagonal entry, which leaves the rest of the inverse unchanged), factorised and inverted in place.
-        self._packed_size = train.size + train.size % 2
+        self._packed_size = size + size % 2
         self._half = self._packed_size // 2
         packed = np.empty(self._packed_size * (self._packed_size + 1) // 2)
-        for start in range(0, train.size, _GRAM_BLOCK):
+        for start in range(0, size, _GRAM_BLOCK):
             block = (self._train_columns[:, start:start + _GRAM_BLOCK].T.tocsr() @ self._train_columns).toarray()
             block *= self.outputscale
             diagonal = np.arange(block.shape[0])
             block[diagonal, start + diagonal] += self.noise
             _pack_rows(block, start, self._packed_size, self._half, packed)
-        if self._packed_size > train.size:
+        if self._packed_size > size:
             unit = np.zeros((1, self._packed_size))
             unit[0, -1] = 1.0
-            _pack_rows(unit, train.size, self._packed_size, self._half, packed)
+            _pack_rows(unit, size, self._packed_size, self._half, packed)
         factor, info = scipy.linalg.lapack.dpftrf(self._packed_size, packed, overwrite_a=True, **_RFP)
         _lapack_info("pftrf", info)
-        residual = np.zeros((self._packed_size, 1))
-        residual[:train.size, 0] = targets - self.mean
-        alpha, info = scipy.linalg.lapack.dpftrs(self._packed_size, factor, residual, overwrite_b=True, **_RFP)
+        padded = np.zeros((self._packed_size, 1))
+        padded[:size, 0] = residual
+        alpha, info = scipy.linalg.lapack.dpftrs(self._packed_size, factor, padded, overwrite_b=True, **_RFP)
         _lapack_info("pftrs", info)
-        self.weights = self.outputscale * (self._train_columns @ alpha[:train.size, 0])
-        #: :math:`\mathbf A^{-1}` in LAPACK's rectangular full packed format (lower triangle, not transposed).
+        self.weights = self.outputscale * (self._train_columns @ alpha[:size, 0])
         self.train_precision, info = scipy.linalg.lapack.dpftri(self._packed_size, factor, overwrite_a=True, **_RFP)
         _lapack_info("pftri", info)
 
@@ -314,10 +333,13 @@ class StreamedPredictor:
         mean = self.mean + restricted @ self.weights
         cross = (restricted @ self._train_columns).tocsr()
         cross.sort_indices()
-        quadratic = np.empty(nodes.size)
-        _quadratic_forms(cross.indptr.astype(np.int64), cross.indices.astype(np.int64),
-                         cross.data * self.outputscale, self.train_precision, self._packed_size, self._half,
-                         quadratic)
+        if self.train_factor is not None:
+            quadratic = self.train_factor.inverse_quadratic_forms(cross * self.outputscale)
+        else:
+            quadratic = np.empty(nodes.size)
+            _quadratic_forms(cross.indptr.astype(np.int64), cross.indices.astype(np.int64),
+                             cross.data * self.outputscale, self.train_precision, self._packed_size, self._half,
+                             quadratic)
         return mean, np.maximum(prior - quadratic, 0.0)
 
     def _rounds(self, nodes: np.ndarray | range, chunk_size: int, noise: bool) -> Iterator[list[np.ndarray]]:

@@ -24,7 +24,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gp_couple"
 #: ``.*`` covers a package and everything in it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("_checks", "_nodes", "_random", "_counter_random", "_files", "_derived", "registry",
-                    "settings", "optimize", "progress", "devices", "distributed", "sparse_pattern")),
+                    "settings", "optimize", "progress", "devices", "distributed", "sparse_pattern",
+                    "sparse_factor", "_sparse_factor_compiled")),
     ("graphs", ("graphs",)),
     ("datasets", ("datasets.*",)),
     ("kernel families", ("kernel_families",)),

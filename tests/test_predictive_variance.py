@@ -7,10 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, grf_gp_settings, predict
+from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, grf_gp_settings, predict, predictive_variance
 from gp_couple.graphs import grid_graph
 from gp_couple.kernels.matrix_free import MatrixFreeGraphKernel
-from gp_couple.predictive_variance import DENSE_VARIANCE_SIZE, VarianceEstimate, posterior_variance
+from gp_couple.predictive_variance import (
+    DENSE_VARIANCE_SIZE,
+    VarianceEstimate,
+    VarianceToleranceWarning,
+    posterior_variance,
+)
 
 GRAPH = grid_graph(52, 52)
 ORDER = np.random.default_rng(0).permutation(GRAPH.num_nodes)
@@ -115,6 +120,48 @@ def test_lanczos_is_seeded_and_exact_once_the_subspace_is_the_whole_space():
     batched, _, _ = posterior_variance(torch.stack([train, 2 * train]), cross, prior, 0.1, method="dense")
     assert batched.shape == (2, 7)
     torch.testing.assert_close(batched[0], exact)
+
+
+@pytest.mark.parametrize("method", ["auto", "sparse"])
+def test_grf_variances_from_the_sparse_factor_are_exact(method, monkeypatch):
+    """Above the dense limit, a GRF model's variances and mean come from a sparse LU factor, exactly."""
+    model = _model("grf")
+    truth = _dense_variance(model)
+    with grf_gp_settings():
+        dense = predict(model, model.likelihood, TEST, noise=False, variance="dense", seed=0)
+    monkeypatch.setattr(predictive_variance, "DENSE_VARIANCE_SIZE", len(TRAIN) - 1)
+    with grf_gp_settings():
+        sparse = predict(model, model.likelihood, TEST, noise=False, variance=method, seed=0)
+    assert sparse.estimate == VarianceEstimate("sparse", len(TRAIN), 0.0, True)
+    np.testing.assert_allclose(sparse.variance.double().numpy(), truth, rtol=1e-5)
+    torch.testing.assert_close(sparse.mean, dense.mean, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_falls_back_to_krylov_without_a_sparse_form_and_sparse_says_why(monkeypatch):
+    model = _model("exact")
+    monkeypatch.setattr(predictive_variance, "DENSE_VARIANCE_SIZE", len(TRAIN) - 1)
+    assert predict(model, model.likelihood, TEST[:40], seed=0).estimate.method == "lanczos"
+    with pytest.raises(ValueError, match="variance='sparse' needs sparse kernel matrices"):
+        predict(model, model.likelihood, TEST[:40], variance="sparse", seed=0)
+    # A GRF model whose factor would not fit in memory goes to the Krylov method too.
+    grf = _model("grf")
+    monkeypatch.setattr(predictive_variance, "physical_memory", lambda: 10**6)
+    with pytest.warns(VarianceToleranceWarning):
+        assert predict(grf, grf.likelihood, TEST[:40], seed=0).estimate.method == "lanczos"
+
+
+def test_krylov_variances_stop_at_the_memory_limit_with_a_warning_and_stay_upper_bounds(monkeypatch):
+    model = _model("exact")
+    truth = _dense_variance(model)
+    # Room for a subspace of rank 128 only (two training-side and one test-side float64 columns each).
+    memory = 128 * 8 * (2 * len(TRAIN) + len(TEST)) / predictive_variance.KRYLOV_MEMORY_FRACTION
+    monkeypatch.setattr(predictive_variance, "physical_memory", lambda: memory)
+    with pytest.warns(VarianceToleranceWarning, match="stopped at rank 128 of 2100"):
+        prediction = predict(model, model.likelihood, TEST, noise=False, variance="lanczos", seed=0)
+    estimate = prediction.estimate
+    assert (estimate.method, estimate.rank, estimate.converged) == ("lanczos", 128, False)
+    ratio = prediction.variance.double().numpy() / truth
+    assert estimate.relative_error > 0.01 and np.all(ratio >= 1 - 1e-4)
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

@@ -53,6 +53,22 @@ def test_streamed_predictions_are_the_in_memory_posterior(trained) -> None:  # t
     np.testing.assert_allclose(variance - latent, float(likelihood.noise.detach()), rtol=1e-12)
 
 
+def test_above_the_dense_size_the_training_side_is_a_sparse_factor(trained, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Large observed sets are factorised sparsely: the same exact posterior, chunk by chunk."""
+    from gp_couple import streaming
+
+    model, likelihood, train = trained
+    dense = StreamedPredictor(model, likelihood)
+    monkeypatch.setattr(streaming, "DENSE_VARIANCE_SIZE", train.size - 1)
+    sparse = StreamedPredictor(model, likelihood)
+    assert sparse.train_factor is not None and sparse.train_precision is None
+    assert dense.train_factor is None and dense.train_precision is not None
+    nodes = np.arange(model.num_nodes)
+    for got, expected in zip(sparse.predict_all(chunk_size=37), dense.predict(nodes)):
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(sparse.predict(nodes[::-1])[1], sparse.predict(nodes)[1][::-1])
+
+
 @pytest.mark.parametrize("chunk_size", [1, 37, 400, 10_000])
 def test_chunked_prediction_equals_unchunked(trained, chunk_size: int) -> None:  # type: ignore[no-untyped-def]
     model, likelihood, _ = trained

@@ -35,7 +35,6 @@ a compiled parallel loop; no Python code runs per node or per walker.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +53,7 @@ from ..couplings.walk_lengths import (
     checked_lengths,
     get_walk_length_coupling,
 )
+from ..devices import physical_memory
 from ..graphs import Graph
 from . import _walk_compiled as compiled
 
@@ -196,7 +196,7 @@ def walkers_within_memory(num_rows: int, p_halt: float, max_length: int | None =
     :param max_length: Longest walk (``None``: unbounded).
     :param fraction: Share of the physical memory the walks may take.
     """
-    available = _physical_memory()
+    available = physical_memory()
     if available is None or num_rows <= 0:
         return None
     per_walker = expected_walk_bytes(num_rows, 1, p_halt, max_length) - expected_walk_bytes(num_rows, 0, p_halt,
@@ -205,16 +205,9 @@ def walkers_within_memory(num_rows: int, p_halt: float, max_length: int | None =
     return max(2, 2 * int(walkers // 2))
 
 
-def _physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
-        return None
-
-
 def _check_walk_memory(num_rows: int, num_walkers: int, p_halt: float, max_length: int | None) -> None:
     needed = expected_walk_bytes(num_rows, num_walkers, p_halt, max_length)
-    available = _physical_memory()
+    available = physical_memory()
     if available is not None and needed > available:
         raise ValueError(
             f"sampling {num_walkers} walkers from each of {num_rows} nodes at p_halt={p_halt} "

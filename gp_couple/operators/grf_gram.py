@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import scipy.sparse as sp
 import torch
 from linear_operator.operators import LinearOperator, RootLinearOperator, to_linear_operator
 from linear_operator.utils.getitem import _equal_indices, _noop_index
@@ -446,6 +447,16 @@ class GRFGramLinearOperator(LinearOperator):
         # constant root that is only neutral for square roots, so it cannot use the wide
         # exact root Phi. The Hadamard product of n x n Grams is dense in general anyway.
         return to_linear_operator(self.to_dense())._prod_batch(dim)
+
+    def scipy_matrix(self) -> sp.csr_matrix:
+        r""":math:`\Phi_A\Phi_B^\top` as a float64 SciPy CSR matrix (unbatched; detached, on the host).
+
+        Sparse wherever the walks of two rows never meet: the exact sparse factorisation
+        behind large-scale predictive variances (:mod:`gp_couple.sparse_factor`) starts here.
+        """
+        left = self.left.scipy_matrix()
+        product = left @ (left if self.is_symmetric else self.right.scipy_matrix()).T
+        return sp.csr_matrix(product)
 
     # ---------------------------------------------------------------- dense
     @cached

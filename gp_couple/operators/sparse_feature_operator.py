@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import scipy.sparse as sp
 import torch
 from linear_operator.operators import LinearOperator
 from linear_operator.utils.getitem import _is_noop_index, _noop_index
@@ -81,6 +82,14 @@ class SparseFeatureLinearOperator(LinearOperator):
             return self
         pattern, values = self._stored()
         return self.__class__(values, pattern=pattern)
+
+    def scipy_matrix(self) -> sp.csr_matrix:
+        """The (unbatched) matrix as a float64 SciPy CSR matrix, detached and on the host."""
+        if self.batch_shape:
+            raise ValueError(f"scipy_matrix needs an unbatched operator, got batch shape {tuple(self.batch_shape)}")
+        pattern, values = self.as_csr()._stored()
+        return sp.csr_matrix((values.detach().to(torch.float64).cpu().numpy(), pattern.columns.cpu().numpy(),
+                              pattern.row_pointer.cpu().numpy()), shape=tuple(self.shape))
 
     def _with_values(self, values: Tensor) -> SparseFeatureLinearOperator:
         return self.__class__(values, pattern=self.pattern, transposed=self.transposed)

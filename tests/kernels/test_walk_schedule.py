@@ -152,7 +152,7 @@ def test_walker_counts_stay_within_half_the_memory_and_say_so(monkeypatch: pytes
     per_walker = walks.expected_walk_bytes(100, 1, 0.2) - walks.expected_walk_bytes(100, 0, 0.2)
     # A machine whose half-memory holds the walks of 12 walkers from each of the 100 nodes.
     memory = 2 * (walks.expected_walk_bytes(100, 0, 0.2) + 12.5 * per_walker)
-    monkeypatch.setattr(walks, "_physical_memory", lambda: int(memory))
+    monkeypatch.setattr(walks, "physical_memory", lambda: int(memory))
     assert walks.walkers_within_memory(100, 0.2) == 12
     with pytest.warns(GramToleranceWarning, match="half this machine's memory"):
         walkers, error = kernel.walkers_for(1e-4, start=4, max_walkers=4096)
@@ -160,5 +160,5 @@ def test_walker_counts_stay_within_half_the_memory_and_say_so(monkeypatch: pytes
     with warnings.catch_warnings():
         warnings.simplefilter("error", GramToleranceWarning)
         assert kernel.walkers_for(0.9, start=4, max_walkers=4096)[0] == 4  # met below the cap: silent
-    monkeypatch.setattr(walks, "_physical_memory", lambda: None)  # unknown memory: no cap
+    monkeypatch.setattr(walks, "physical_memory", lambda: None)  # unknown memory: no cap
     assert walks.walkers_within_memory(100, 0.2) is None
