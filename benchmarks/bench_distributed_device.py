@@ -110,7 +110,15 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--compare", nargs=2, default=None)
     args = parser.parse_args()
-    report = compare(*args.compare) if args.compare else run(args)
+    if args.compare:
+        report = compare(*args.compare)
+    else:
+        from gp_couple.distributed import finalise
+
+        try:
+            report = run(args)
+        finally:
+            finalise()  # leave the process group (NCCL warns at exit otherwise)
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
