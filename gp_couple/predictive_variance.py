@@ -308,39 +308,44 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
     train_covariance = to_linear_operator(train_covariance)
     cross = to_linear_operator(cross)
     size = train_covariance.shape[-1]
-    requested = method
-    if method == "auto":
-        method = "dense" if size <= DENSE_VARIANCE_SIZE or not noise_floor > 0 else "sparse"
     batch_shape = torch.broadcast_shapes(train_covariance.batch_shape, cross.batch_shape, prior_diagonal.shape[:-1])
     train_covariance = train_covariance.expand(*batch_shape, size, size)
     cross = cross.expand(*batch_shape, *cross.shape[-2:])
     prior_diagonal = prior_diagonal.expand(*batch_shape, prior_diagonal.shape[-1])
     if residual is not None:
         residual = residual.expand(*batch_shape, size)
+    entries = [tuple(index) for index in (
+        torch.cartesian_prod(*(torch.arange(s) for s in batch_shape)).reshape(-1, len(batch_shape)).tolist()
+        if batch_shape else [[]])]
+
+    def sparse_pair(entry: tuple[int, ...]) -> tuple[sp.csr_matrix, sp.csr_matrix] | None:
+        return _sparse_pair(train_covariance[entry] if entry else train_covariance, cross[entry] if entry else cross)
+
+    # The method is chosen once, on the first batch entry: the entries share the operators' structure.
+    pairs: dict[tuple[int, ...], tuple[sp.csr_matrix, sp.csr_matrix] | None] = {}
+    if method == "auto" and (size <= DENSE_VARIANCE_SIZE or not noise_floor > 0):
+        method = "dense"
+    elif method in ("auto", "sparse"):
+        pairs[entries[0]] = sparse_pair(entries[0])
+        if pairs[entries[0]] is None and method == "sparse":
+            raise ValueError(f"variance='sparse' needs sparse kernel matrices (GRF kernels); "
+                             f"{type(train_covariance).__name__} has none")
+        if method == "auto":
+            found = pairs[entries[0]]
+            method = "sparse" if found is not None and _factor_fits(found[0]) else "lanczos"
     variances: list[Tensor] = []
     shifts: list[Tensor] = []
     estimates: list[VarianceEstimate] = []
     generator = torch.Generator().manual_seed(int(seed))
-    for index in (torch.cartesian_prod(*(torch.arange(s) for s in batch_shape)).reshape(-1, len(batch_shape)).tolist()
-                  if batch_shape else [[]]):
-        entry = tuple(index)
+    for entry in entries:
         if method == "sparse":
-            pair = _sparse_pair(train_covariance[entry] if entry else train_covariance,
-                                cross[entry] if entry else cross)
-            if pair is not None and requested == "auto" and not _factor_fits(pair[0]):
-                pair = None
-            if pair is None and requested == "sparse":
-                raise ValueError(f"variance='sparse' needs sparse kernel matrices (GRF kernels); "
-                                 f"{type(train_covariance).__name__} has none")
-            if pair is None:
-                method = "lanczos"
-            else:
-                variance, shift = _sparse_moments(*pair, prior_diagonal[entry],
-                                                  None if residual is None else residual[entry])
-                variances.append(variance)
-                shifts.extend([] if shift is None else [shift])
-                estimates.append(VarianceEstimate("sparse", size, 0.0, True))
-                continue
+            pair = pairs.pop(entry) if entry in pairs else sparse_pair(entry)
+            variance, shift = _sparse_moments(*pair, prior_diagonal[entry],
+                                              None if residual is None else residual[entry])
+            variances.append(variance)
+            shifts.extend([] if shift is None else [shift])
+            estimates.append(VarianceEstimate("sparse", size, 0.0, True))
+            continue
         if method == "dense":
             variance, shift = _dense_moments(train_covariance[entry], cross[entry], prior_diagonal[entry],
                                              None if residual is None else residual[entry])

@@ -208,3 +208,23 @@ def test_an_evaluating_model_called_directly_drops_caches_built_before_a_resampl
     with torch.no_grad():
         torch.testing.assert_close(after, fresh(fresh.node_inputs(TEST[:10])).mean)
     assert not torch.equal(before, after)
+
+
+def test_sparse_variances_of_a_hyperparameter_batch_match_the_dense_ones():
+    family = Diffusion(batch_shape=torch.Size([2]))
+    family.gamma = torch.tensor([1.0, 2.5])
+    kernel = GRFKernel(grid_graph(20, 20), num_walkers=8, p_halt=0.2, kernel_family=family, seed=0, schedule=None,
+                       batch_shape=torch.Size([2]))
+    train = torch.arange(0, 400, 3.0).unsqueeze(-1)
+    test = torch.arange(1, 400, 7.0).unsqueeze(-1)
+    with torch.no_grad():
+        covariance = kernel(train).add_diagonal(torch.tensor(0.1))
+        cross, prior = kernel(test, train), kernel(test, diag=True)
+        residual = torch.linspace(-1, 1, train.shape[0]).expand(2, -1)
+        dense, _, dense_shift = posterior_variance(covariance, cross, prior, 0.1, method="dense", residual=residual)
+        sparse, estimate, sparse_shift = posterior_variance(covariance, cross, prior, 0.1, method="sparse",
+                                                            residual=residual)
+    assert estimate == VarianceEstimate("sparse", train.shape[0], 0.0, True) and sparse.shape == (2, 57)
+    torch.testing.assert_close(sparse, dense, rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(sparse_shift, dense_shift, rtol=1e-6, atol=1e-8)
+    assert not torch.allclose(sparse[0], sparse[1])
