@@ -19,6 +19,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from . import _sparse_factor_compiled as compiled
+from .devices import physical_memory
 
 __all__ = ["FILL_ALLOWANCE", "SparseFactor", "factor_bytes_bound"]
 
@@ -50,13 +51,21 @@ class SparseFactor:
     r"""The sparse LU factors of a symmetric positive-definite matrix :math:`\mathbf A`.
 
     :param matrix: :math:`\mathbf A`, a square SciPy sparse matrix (converted to float64 CSC).
-    :raises ValueError: If ``matrix`` is not square, or is singular to working precision.
+    :raises ValueError: If ``matrix`` is not square, is singular to working precision, or
+        its factors cannot fit in the physical memory (they hold at least the entries of
+        ``matrix``, :data:`_BYTES_PER_FACTOR_ENTRY` bytes each).
     """
 
     def __init__(self, matrix: sp.spmatrix) -> None:
         matrix = sp.csc_matrix(matrix, dtype=np.float64)
         if matrix.shape[0] != matrix.shape[1]:
             raise ValueError(f"the matrix must be square, got shape {matrix.shape}")
+        available = physical_memory()
+        least = (int(matrix.nnz) + matrix.shape[0]) * _BYTES_PER_FACTOR_ENTRY
+        if available is not None and least > available:
+            raise ValueError(f"the sparse factor of this {matrix.shape[0]} x {matrix.shape[0]} matrix with "
+                             f"{matrix.nnz} entries needs at least {least / 2**30:.3g} GiB, more than this machine's "
+                             f"{available / 2**30:.3g} GiB; use fewer observed nodes or fewer or shorter walks")
         self.size = int(matrix.shape[0])
         try:
             self._lu = spla.splu(matrix, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,

@@ -39,6 +39,15 @@ def test_empty_rows_and_no_rows():
     assert factor.inverse_quadratic_forms(sp.csr_matrix((0, matrix.shape[0]))).shape == (0,)
 
 
+def test_factors_that_cannot_fit_in_memory_are_refused_before_any_work(monkeypatch):
+    from gp_couple import sparse_factor
+
+    matrix, _ = _problem(5)
+    monkeypatch.setattr(sparse_factor, "physical_memory", lambda: 1000)
+    with pytest.raises(ValueError, match="needs at least .* GiB, more than this machine's"):
+        SparseFactor(matrix)
+
+
 def test_factor_bookkeeping_and_errors():
     matrix, _ = _problem(4)
     factor = SparseFactor(matrix)
