@@ -228,3 +228,24 @@ def test_sparse_variances_of_a_hyperparameter_batch_match_the_dense_ones():
     torch.testing.assert_close(sparse, dense, rtol=1e-6, atol=1e-8)
     torch.testing.assert_close(sparse_shift, dense_shift, rtol=1e-6, atol=1e-8)
     assert not torch.allclose(sparse[0], sparse[1])
+
+
+def test_sparse_forms_of_grf_operators_and_none_for_dense_ones():
+    from linear_operator import to_linear_operator
+    from linear_operator.operators import ConstantMulLinearOperator, DiagLinearOperator
+
+    from gp_couple.predictive_variance import sparse_form
+
+    kernel = GRFKernel(grid_graph(6, 6), num_walkers=4, p_halt=0.3, seed=0, schedule=None)
+    nodes = torch.arange(0, 36, 2.0).unsqueeze(-1)
+    with torch.no_grad():
+        gram = kernel(nodes).evaluate_kernel()
+        dense = gram.to_dense().double().numpy()
+        scaled = ConstantMulLinearOperator(gram, torch.tensor(2.5))
+        noisy = gram + DiagLinearOperator(torch.full((18,), 0.1))
+        np.testing.assert_allclose(sparse_form(kernel(nodes)).toarray(), dense, rtol=1e-6)
+        np.testing.assert_allclose(sparse_form(scaled).toarray(), 2.5 * dense, rtol=1e-6)
+        np.testing.assert_allclose(sparse_form(noisy).toarray(), dense + 0.1 * np.eye(18), rtol=1e-6, atol=1e-7)
+        assert sparse_form(to_linear_operator(torch.eye(3))) is None
+        assert sparse_form(to_linear_operator(torch.eye(3)) + DiagLinearOperator(torch.ones(3))) is None
+        assert sparse_form(torch.eye(3)) is None
