@@ -19,7 +19,7 @@ training set. This module chooses the method by size and stops on an error estim
 * ``"sparse"``: when :math:`\mathbf A` and :math:`\mathbf K_{*X}` are sparse (GRF kernels:
   two nodes covary only where their walks meet, :meth:`GRFGramLinearOperator.scipy_matrix
   <gp_couple.operators.grf_gram.GRFGramLinearOperator.scipy_matrix>`), a sparse LU factor
-  of :math:`\mathbf A` with a fill-reducing ordering and sparse triangular solves per test
+  of :math:`\mathbf A` with a fill-reducing ordering and a sparse triangular solve per test
   point (:class:`~gp_couple.sparse_factor.SparseFactor`). Exact (to rounding), with the
   mean from the same factor; used above :data:`DENSE_VARIANCE_SIZE` training points when
   the factor's allowance (:func:`~gp_couple.sparse_factor.factor_bytes_bound`) fits in

@@ -6,10 +6,11 @@ test point, with :math:`\mathbf A = \mathbf K_{XX} + \sigma_n^2\mathbf I`. When
 kernel matrices :math:`\Phi\Phi^\top` are (two nodes covary only where their walks meet),
 a sparse LU factorisation :math:`\mathbf P_r\mathbf A\mathbf P_c = \mathbf L\mathbf U`
 (SuperLU through SciPy, with a fill-reducing minimum-degree ordering of
-:math:`\mathbf A + \mathbf A^\top` and diagonal pivots) is exact and far smaller than a
-dense Cholesky factor, and each quadratic form costs two triangular solves with a sparse
-right-hand side, which touch only the part of the factor reachable from the nonzeros of
-:math:`\mathbf k_*` (:mod:`gp_couple._sparse_factor_compiled`).
+:math:`\mathbf A + \mathbf A^\top` and diagonal pivots, so that :math:`\mathbf U =
+\mathbf D\mathbf L^\top`) is exact and far smaller than a dense Cholesky factor, and each
+quadratic form costs one triangular solve with a sparse right-hand side, which touches
+only the part of the factor reachable from the nonzeros of :math:`\mathbf k_*`
+(:mod:`gp_couple._sparse_factor_compiled`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ __all__ = ["FILL_ALLOWANCE", "SparseFactor", "factor_bytes_bound"]
 
 #: Bytes per stored factor entry (a float64 value and an int32 row index) in SuperLU's L and U.
 _BYTES_PER_FACTOR_ENTRY = 12
-#: Fill allowance: the factors of the GRF training covariances measured in the
-#: benchmarks held 0.5-4 times the entries of the matrix; auto-selection assumes at most this.
+#: Factor entries per matrix entry that auto-selection assumes at most (the fill of a
+#: minimum-degree ordering is not known before factorising).
 FILL_ALLOWANCE = 16
 
 
@@ -38,22 +39,18 @@ def factor_bytes_bound(matrix: sp.spmatrix) -> int:
     return 2 * FILL_ALLOWANCE * int(matrix.nnz) * _BYTES_PER_FACTOR_ENTRY
 
 
-def _lower_csc(matrix: sp.spmatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A lower-triangular CSC matrix as ``(indptr, indices, data, diagonal)`` (int64 indices, float64)."""
-    matrix = sp.csc_matrix(matrix)
-    matrix.sort_indices()
-    diagonal = matrix.diagonal().astype(np.float64)
-    return (matrix.indptr.astype(np.int64), matrix.indices.astype(np.int64), matrix.data.astype(np.float64),
-            diagonal)
-
-
 class SparseFactor:
-    r"""The sparse LU factors of a symmetric positive-definite matrix :math:`\mathbf A`.
+    r"""The sparse factorisation :math:`\mathbf P\mathbf A\mathbf P^\top = \mathbf L\mathbf D\mathbf L^\top`
+    of a symmetric positive-definite matrix.
+
+    SuperLU's LU factors with a symmetric ordering and diagonal pivots:
+    :math:`\mathbf U = \mathbf D\mathbf L^\top`, so only :math:`\mathbf L` (unit lower
+    triangular) and the diagonal of :math:`\mathbf U` are kept for the quadratic forms.
 
     :param matrix: :math:`\mathbf A`, a square SciPy sparse matrix (converted to float64 CSC).
-    :raises ValueError: If ``matrix`` is not square, is singular to working precision, or
-        its factors cannot fit in the physical memory (they hold at least the entries of
-        ``matrix``, :data:`_BYTES_PER_FACTOR_ENTRY` bytes each).
+    :raises ValueError: If ``matrix`` is not square, is not symmetric positive definite (a
+        zero, negative or off-diagonal pivot), or its factors cannot fit in the physical
+        memory (they hold at least the entries of ``matrix``).
     """
 
     def __init__(self, matrix: sp.spmatrix) -> None:
@@ -72,30 +69,28 @@ class SparseFactor:
                                  options={"SymmetricMode": True})
         except RuntimeError as error:  # SuperLU: "Factor is exactly singular"
             raise ValueError(f"the matrix is singular: {error}") from error
-        self._lower = _lower_csc(self._lu.L)
-        self._upper_transposed = _lower_csc(self._lu.U.T)
-        self.row_permutation = np.asarray(self._lu.perm_r, dtype=np.int64)
-        self.column_permutation = np.asarray(self._lu.perm_c, dtype=np.int64)
-        # Diagonal pivots of a symmetric matrix under a symmetric ordering give U = D L^T.
-        self.symmetric_pivots = bool(np.array_equal(self.row_permutation, self.column_permutation)
-                                     and np.all(self._upper_transposed[3] > 0))
+        #: ``(P A)[permutation[i]] = A[i]``: the symmetric ordering (row and column permutations agree).
+        self.permutation = np.asarray(self._lu.perm_r, dtype=np.int64)
+        #: :math:`\mathbf D`, the pivots.
+        self.pivots = self._lu.U.diagonal()
+        if not np.array_equal(self.permutation, self._lu.perm_c) or not np.all(self.pivots > 0):
+            raise ValueError("the matrix is not symmetric positive definite (SuperLU's pivots left the diagonal "
+                             "or were not positive)")
+        self._lower = sp.csc_matrix(self._lu.L)
+        self._lower.sort_indices()
 
     @property
     def nnz(self) -> int:
-        """Entries stored in the two triangular factors."""
-        return int(self._lower[1].size + self._upper_transposed[1].size)
-
-    def nbytes(self) -> int:
-        """Bytes held by the factors (SuperLU's and the compiled solver's copies)."""
-        return sum(int(array.nbytes) for part in (self._lower, self._upper_transposed) for array in part) \
-            + self.nnz * _BYTES_PER_FACTOR_ENTRY
+        r"""Entries stored in :math:`\mathbf L` (SuperLU holds :math:`\mathbf U` as well)."""
+        return int(self._lower.nnz)
 
     def solve(self, rhs: np.ndarray) -> np.ndarray:
         r""":math:`\mathbf A^{-1}\mathbf b` for a dense ``rhs`` of shape ``(n,)`` or ``(n, k)`` (float64)."""
         return self._lu.solve(np.asarray(rhs, dtype=np.float64))
 
     def inverse_quadratic_forms(self, rows: sp.spmatrix) -> np.ndarray:
-        r""":math:`\mathbf k_r^\top\mathbf A^{-1}\mathbf k_r` for every row :math:`\mathbf k_r` of the sparse ``rows``.
+        r""":math:`\mathbf k_r^\top\mathbf A^{-1}\mathbf k_r = \mathbf y_r^\top\mathbf D^{-1}\mathbf y_r`,
+        :math:`\mathbf y_r = \mathbf L^{-1}\mathbf P\mathbf k_r`, for every row of the sparse ``rows``.
 
         :param rows: A SciPy sparse matrix of shape ``(t, n)``.
         :return: float64 array of shape ``(t,)``.
@@ -108,8 +103,7 @@ class SparseFactor:
         from numba import get_num_threads
 
         chunks = int(min(rows.shape[0], 4 * get_num_threads()))
-        compiled.inverse_quadratic_forms(*self._lower, *self._upper_transposed, self.row_permutation,
-                                         self.column_permutation, rows.indptr.astype(np.int64),
-                                         rows.indices.astype(np.int64), rows.data, self.symmetric_pivots,
-                                         chunks, out)
+        lower = self._lower
+        compiled.inverse_quadratic_forms(lower.indptr, lower.indices, lower.data, self.pivots, self.permutation,
+                                         rows.indptr, rows.indices, rows.data, chunks, out)
         return out

@@ -31,7 +31,7 @@ Up to :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed nodes,
 :math:`n(n+1)/2` numbers, half the dense matrix, factorised and inverted in place). Above,
 :math:`\mathbf A` is sparse (two observed nodes covary only where their walks meet) and
 is factorised by a sparse LU decomposition (:class:`~gp_couple.sparse_factor.SparseFactor`),
-and each quadratic form costs sparse triangular solves over the part of the factor
+and each quadratic form costs a sparse triangular solve over the part of the factor
 that :math:`\mathbf k_v` reaches: exact as well, and slower per node than the packed
 inverse (milliseconds rather than microseconds), but with no limit from :math:`n^2`.
 Memory:

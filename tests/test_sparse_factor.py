@@ -17,12 +17,9 @@ def _problem(seed: int, size: int = 300) -> tuple[sp.csc_matrix, sp.csr_matrix]:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("symmetric", [True, False])
-def test_inverse_quadratic_forms_match_dense_solves(seed, symmetric):
+def test_inverse_quadratic_forms_match_dense_solves(seed):
     matrix, rows = _problem(seed)
     factor = SparseFactor(matrix)
-    assert factor.symmetric_pivots
-    factor.symmetric_pivots = symmetric  # the general two-solve form must agree with the symmetric one
     dense, dense_rows = matrix.toarray(), rows.toarray()
     expected = np.einsum("ij,ji->i", dense_rows, np.linalg.solve(dense, dense_rows.T))
     np.testing.assert_allclose(factor.inverse_quadratic_forms(rows), expected, rtol=1e-10, atol=1e-12)
@@ -51,9 +48,11 @@ def test_factors_that_cannot_fit_in_memory_are_refused_before_any_work(monkeypat
 def test_factor_bookkeeping_and_errors():
     matrix, _ = _problem(4)
     factor = SparseFactor(matrix)
-    assert factor.size == matrix.shape[0] and factor.nnz >= 2 * matrix.shape[0] and factor.nbytes() > 0
+    assert factor.size == matrix.shape[0] and factor.nnz >= matrix.shape[0]
     assert factor_bytes_bound(matrix) > 0
     with pytest.raises(ValueError, match="square"):
         SparseFactor(sp.random(4, 5, density=0.5, random_state=0))
     with pytest.raises(ValueError, match="singular"):
         SparseFactor(sp.csc_matrix(np.array([[1.0, 1.0], [1.0, 1.0]])))
+    with pytest.raises(ValueError, match="not symmetric positive definite"):
+        SparseFactor(sp.csc_matrix(np.array([[1.0, 2.0], [2.0, 1.0]])))
