@@ -178,16 +178,6 @@ def _sparse_moments(train_covariance: sp.csr_matrix, cross: sp.csr_matrix, prior
     return variance, shift
 
 
-def _sparse_pair(train_covariance: LinearOperator,
-                 cross: LinearOperator) -> tuple[sp.csr_matrix, sp.csr_matrix] | None:
-    """Sparse forms of both operators, or ``None`` where either has none."""
-    train = sparse_form(train_covariance)
-    if train is None:
-        return None
-    cross_matrix = sparse_form(cross)
-    return None if cross_matrix is None else (train, cross_matrix)
-
-
 def _krylov_rank_limit(size: int, num_test: int) -> int:
     """The largest Krylov rank whose float64 blocks (basis and image over the training points,
     projections over the test points) fit in :data:`KRYLOV_MEMORY_FRACTION` of the memory."""
@@ -319,7 +309,10 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
         if batch_shape else [[]])]
 
     def sparse_pair(entry: tuple[int, ...]) -> tuple[sp.csr_matrix, sp.csr_matrix] | None:
-        return _sparse_pair(train_covariance[entry] if entry else train_covariance, cross[entry] if entry else cross)
+        """Sparse forms of the entry's training covariance and cross-covariance, or ``None`` if either has none."""
+        train = sparse_form(train_covariance[entry] if entry else train_covariance)
+        cross_matrix = None if train is None else sparse_form(cross[entry] if entry else cross)
+        return None if cross_matrix is None else (train, cross_matrix)
 
     # The method is chosen once, on the first batch entry: the entries share the operators' structure.
     pairs: dict[tuple[int, ...], tuple[sp.csr_matrix, sp.csr_matrix] | None] = {}
