@@ -228,8 +228,11 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     continues from where it stopped on the new walks. When training ends, every graph
     kernel prepares to predict
     (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.prepare_prediction`: a
-    ``GRFKernel`` draws :math:`\sigma`-coupled prediction walkers). Exact kernels and
-    GRF kernels built with ``schedule=None`` train in one phase and are left as they are.
+    ``GRFKernel`` draws :math:`\sigma`-coupled prediction walkers), and training goes on,
+    phase after phase, on those draws while a kernel asks for it (a ``GRFKernel`` does
+    until a phase no longer moves its range, then keeps walks drawn for the
+    hyperparameters it ends with). Exact kernels and GRF kernels built with
+    ``schedule=None`` train in one phase and are left as they are.
 
     :param model: The GP (in any mode).
     :param likelihood: ``model.likelihood``.
@@ -265,22 +268,30 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     def counted(step: int, loss: float) -> bool | None:
         return callback(len(history) + step, loss)
 
+    phases_run = 0
+
+    def train_phase() -> bool:
+        """Train one phase to convergence; whether training may go on (the callback did not stop it)."""
+        nonlocal phases_run
+        phase, phases_run = phases_run, phases_run + 1
+        history.extend_phase(minimize(
+            lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
+            dict(model.named_parameters()), iterations=iterations, lr=lr, optimizer=optimizer,
+            convergence=convergence, seed=None if base_seed is None else base_seed + phase,
+            callback=None if callback is None else counted))
+        history.phases = phase + 1
+        return history.reason != "callback"
+
     try:
         with flush_denormals():
-            for phase in itertools.count():
-                # Every kernel is asked (no short-circuit): each redraws what it needs.
-                if phase and not any([kernel.refine_walks(phase) for kernel in kernels]):
-                    break
-                history.extend_phase(minimize(
-                    lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
-                    dict(model.named_parameters()), iterations=iterations, lr=lr, optimizer=optimizer,
-                    convergence=convergence, seed=None if base_seed is None else base_seed + phase,
-                    callback=None if callback is None else counted))
-                history.phases = phase + 1
-                if history.reason == "callback":
-                    break
-            for kernel in kernels:
-                kernel.prepare_prediction()
+            # Every kernel is asked (no short-circuit): each redraws what it needs.
+            going = train_phase()
+            while going and any([kernel.refine_walks(phases_run) for kernel in kernels]):
+                going = train_phase()
+            refit = 0
+            while any([kernel.prepare_prediction(refit) for kernel in kernels]) and going:
+                going = train_phase()
+                refit += 1
         return history
     finally:
         model.train(was_training)

@@ -30,6 +30,8 @@ from .kernels.walk_schedule import (
     MAX_PREDICT_WALKERS,
     MAX_TRAIN_WALKERS,
     PREDICT_GRAM_TOLERANCE,
+    REFIT_TOLERANCE,
+    REFITS,
     SIGMA_FIT_SAMPLES,
     TRAIN_GRAM_TOLERANCE,
     WalkSchedule,
@@ -48,7 +50,7 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
                train_tolerance: float = TRAIN_GRAM_TOLERANCE, predict_walkers: int | None = None,
                max_predict_walkers: int = MAX_PREDICT_WALKERS, predict_tolerance: float = PREDICT_GRAM_TOLERANCE,
                p_halt: float = TRAIN_P_HALT, phases: int = MAX_PHASES, sigma_fit_samples: int = SIGMA_FIT_SAMPLES,
-               seed: SeedLike = 0,
+               refits: int = REFITS, refit_tolerance: float = REFIT_TOLERANCE, seed: SeedLike = 0,
                device: torch.device | str | None = None) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood]:
     r"""Train a GRF-GP to convergence with walks that follow the learnt range, and make it ready to predict.
 
@@ -79,6 +81,9 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
         to the learnt range's need).
     :param phases: Most training phases (1: train once on the first walks).
     :param sigma_fit_samples: Walks per node and bin when fitting the sigma-coupling.
+    :param refits: Most training rounds on the prediction walks (0: none).
+    :param refit_tolerance: Relative change of the kernel's hyperparameters in such a round
+        above which the prediction walks are redrawn for the new ones.
     :param seed: Seed of the walks, the CG probes, the error estimates and the sigma fit.
     :param device: Torch device of the model (default the CPU; walks are sampled on the CPU
         and moved there once).
@@ -93,7 +98,8 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
         raise TypeError(f"graph must be a gp_couple Graph, got {type(graph).__name__}{hint}")
     schedule = WalkSchedule(train_tolerance=train_tolerance, max_train_walkers=max_train_walkers, phases=phases,
                             predict_walkers=predict_walkers, predict_tolerance=predict_tolerance,
-                            max_predict_walkers=max_predict_walkers, sigma_fit_samples=sigma_fit_samples)
+                            max_predict_walkers=max_predict_walkers, sigma_fit_samples=sigma_fit_samples,
+                            refits=refits, refit_tolerance=refit_tolerance)
     base_seed = draw_seed(seed)
     train = node_index_array(train_nodes, "train_nodes", graph.num_nodes)
     rows = np.union1d(train, node_index_array(predict_nodes, "predict_nodes", graph.num_nodes))

@@ -169,12 +169,17 @@ class GraphNodeKernel(Kernel):
         """
         return False
 
-    def prepare_prediction(self) -> None:
+    def prepare_prediction(self, refit: int = 0) -> bool:
         """Make the kernel ready to predict once training has ended (exact kernels: nothing to do).
 
-        Called by :func:`gp_couple.models.fit_gp` when training ends; randomised kernels
-        override it (:meth:`gp_couple.kernels.grf_kernel.GRFKernel.prepare_prediction`).
+        Called by :func:`gp_couple.models.fit_gp` when training ends (``refit`` 0), and
+        again after each training round it asked for (``refit`` 1, 2, ...); randomised
+        kernels override it (:meth:`gp_couple.kernels.grf_kernel.GRFKernel.prepare_prediction`).
+
+        :param refit: Training rounds run since the prediction draws were first made.
+        :return: Whether training should go on, on the draws just made.
         """
+        return False
 
     def covered_nodes(self) -> Tensor | None:
         """The nodes this kernel can be evaluated at (int64 ``(m,)``), or ``None`` for every node.

@@ -72,6 +72,7 @@ from .walk_schedule import (
     SIGMA_FIT_SAMPLES,
     GramToleranceWarning,
     WalkSchedule,
+    hyperparameter_change,
     warn_if_short,
 )
 
@@ -359,26 +360,44 @@ class GRFKernel(GraphNodeKernel):
         self.resample(seed, num_walkers=walkers, p_halt=p_halt, coupling=coupling)
         return True
 
-    def prepare_prediction(self) -> None:
-        """Draw the prediction walks when training ends (step 3 of the schedule).
+    def prepare_prediction(self, refit: int = 0) -> bool:
+        """Draw the prediction walks when training ends, and redraw them while training on them moves the range.
 
-        Calls :meth:`resample_for_prediction` with the schedule's settings; does nothing
-        without a schedule or when ``schedule.predict`` is off.
+        Steps 3 and 4 of the schedule. With ``refit`` 0 it calls
+        :meth:`resample_for_prediction` with the schedule's settings. After each training
+        round on those walks (``refit`` 1, 2, ...) it redraws them if the round moved a
+        kernel-family hyperparameter by more than ``schedule.refit_tolerance``
+        (:func:`~gp_couple.kernels.walk_schedule.hyperparameter_change`) since they were
+        drawn. Does nothing without a schedule or when ``schedule.predict`` is off.
+
+        :param refit: Training rounds run on prediction walks so far.
+        :return: Whether the walks were just drawn and ``schedule.refits`` allows another
+            training round on them.
         """
         schedule = self.schedule
         if schedule is None or not schedule.predict:
-            return
+            return False
+        drawn_for = self.prediction_hyperparameters
+        if refit and drawn_for is not None and (
+                hyperparameter_change(drawn_for, self.kernel_family.hyperparameters()) <= schedule.refit_tolerance):
+            return False
         self.resample_for_prediction(schedule.predict_walkers, tolerance=schedule.predict_tolerance,
                                      max_walkers=schedule.max_predict_walkers,
                                      sigma_fit_samples=schedule.sigma_fit_samples)
-        _LOG.info("prediction walks: %d sigma-coupled walkers per node at p_halt %.3g (estimated Gram error %.3g)",
-                  self.num_walkers, self.p_halt, self.gram_error_estimate)
+        self.prediction_hyperparameters = self.kernel_family.hyperparameters()
+        _LOG.info("prediction walks (round %d): %d sigma-coupled walkers per node at p_halt %.3g (estimated Gram "
+                  "error %.3g) for %s", refit, self.num_walkers, self.p_halt, self.gram_error_estimate,
+                  self.prediction_hyperparameters)
         if schedule.predict_walkers is None:
             warn_if_short("prediction", self.gram_error_estimate, schedule.predict_tolerance, self.num_walkers,
                           schedule.max_predict_walkers)
+        return refit < schedule.refits
 
     def _set_config(self, config: dict[str, Any], seed: int) -> None:
         self._halting_warned = False
+        #: The kernel-family hyperparameters (:meth:`~gp_couple.kernel_families.KernelFamily.hyperparameters`)
+        #: that :meth:`prepare_prediction` drew the current walks for (``None`` for walks drawn or loaded otherwise).
+        self.prediction_hyperparameters: dict[str, Any] | None = None
         #: Estimated relative Gram error of the current walks (set by :meth:`resample_for_prediction`).
         self.gram_error_estimate: float | None = None
         self.num_walkers: int = config["num_walkers"]

@@ -21,7 +21,21 @@ carries a schedule (its constructor's default), and :func:`gp_couple.models.fit_
 3. fits a :math:`\sigma`-coupling (paper, definition of coupled GRFs) for the learnt kernel
    and redraws as many prediction walkers as a relative Gram error of
    :attr:`WalkSchedule.predict_tolerance` needs
-   (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.resample_for_prediction`).
+   (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.resample_for_prediction`);
+4. trains to convergence again on those prediction walks, and while that moves a
+   hyperparameter of the kernel family by more than :attr:`WalkSchedule.refit_tolerance`
+   (relative), redraws them for the new hyperparameters and trains on them again, at most
+   :attr:`WalkSchedule.refits` times. The hyperparameters a model ends with are then a
+   stationary point of the likelihood on walks drawn for those same hyperparameters, and
+   accurate to the prediction tolerance rather than the coarser training one.
+
+The last step is the likelihood's own stopping rule. A relative Frobenius Gram error of
+a few per cent is enough to locate short ranges, but a long-range kernel's small
+eigenvalues sit below the noise, where the estimate's error acts as extra noise: on
+coarse walks the likelihood trades range and output scale for noise. The prediction
+walks are far more accurate (:math:`\sigma`-coupled lengths, as many walkers as the
+prediction tolerance needs), and a round that no longer moves the hyperparameters shows
+that the walks are accurate enough for them.
 
 The cost follows the range the data support: short-range kernels keep their first walks,
 long-range ones get longer walks and more walkers. A kernel built with ``schedule=None``
@@ -30,14 +44,18 @@ keeps the walks it was given (the paper's experiments, which state their own set
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from .._checks import check_even_walkers, check_fraction, check_int
 
 __all__ = ["DEFAULT_SCHEDULE", "GramToleranceWarning", "MAX_PHASES", "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS",
-           "PREDICT_GRAM_TOLERANCE", "TRAIN_GRAM_TOLERANCE", "WalkSchedule", "warn_if_short"]
+           "PREDICT_GRAM_TOLERANCE", "REFITS", "REFIT_TOLERANCE", "TRAIN_GRAM_TOLERANCE", "WalkSchedule",
+           "hyperparameter_change", "warn_if_short"]
 
 #: Estimated relative Gram error the training walks aim for.
 TRAIN_GRAM_TOLERANCE = 0.03
@@ -53,6 +71,10 @@ MAX_PREDICT_WALKERS = 4096
 SIGMA_FIT_SAMPLES = 100
 #: The walks are redrawn for a lower termination probability only below this fraction of the current one.
 P_HALT_STEP = 0.8
+#: Most training rounds on the prediction walks.
+REFITS = 2
+#: Relative change of a kernel-family hyperparameter that makes a training round on the prediction walks redraw them.
+REFIT_TOLERANCE = 0.05
 
 
 class GramToleranceWarning(RuntimeWarning):
@@ -76,6 +98,36 @@ def warn_if_short(stage: str, error: float, tolerance: float, walkers: int, cap:
                       GramToleranceWarning, stacklevel=4)
 
 
+def hyperparameter_change(before: dict[str, Any], after: dict[str, Any]) -> float:
+    r"""The largest relative change between two reports of a kernel family's hyperparameters.
+
+    .. math::
+
+        \max_h \frac{\|\theta_h' - \theta_h\|_2}{\|\theta_h\|_2}
+
+    over the hyperparameters :math:`h` (floats, or lists for batched and vector-valued
+    ones such as power-series coefficients), as reported by
+    :meth:`~gp_couple.kernel_families.KernelFamily.hyperparameters`.
+
+    :param before: The report the walks were drawn for.
+    :param after: The report now.
+    :return: The change (infinite if the two name different hyperparameters or shapes, or a
+        hyperparameter was zero and moved).
+    """
+    if before.keys() != after.keys():
+        return math.inf
+    change = 0.0
+    for name, old in before.items():
+        old_value, new_value = np.asarray(old, dtype=float), np.asarray(after[name], dtype=float)
+        if old_value.shape != new_value.shape:
+            return math.inf
+        moved = float(np.linalg.norm(new_value - old_value))
+        scale = float(np.linalg.norm(old_value))
+        if moved:
+            change = max(change, moved / scale if scale else math.inf)
+    return change
+
+
 @dataclass(frozen=True)
 class WalkSchedule:
     r"""How :func:`gp_couple.models.fit_gp` redraws a GRF kernel's walks (see the module docstring).
@@ -92,9 +144,14 @@ class WalkSchedule:
     :param max_predict_walkers: Most prediction walkers per node when choosing (even).
     :param sigma_fit_samples: Walks per node and bin when fitting the
         :math:`\sigma`-coupling of the prediction walks.
+    :param refits: Most training rounds on the prediction walks (0: they are drawn when
+        training ends and not trained on; ignored without ``predict``).
+    :param refit_tolerance: Relative change of a kernel-family hyperparameter
+        (:func:`hyperparameter_change`) in a round on the prediction walks above which they
+        are redrawn for the new hyperparameters (and trained on again while rounds remain).
     :raises TypeError: If a count is not an int or a tolerance not a number.
-    :raises ValueError: If a walker count is odd or below 2, a tolerance is not in (0, 1)
-        or a count is below 1.
+    :raises ValueError: If a walker count is odd or below 2, a tolerance is not in (0, 1),
+        a count is below 1 or ``refits`` is negative.
     """
 
     train_tolerance: float = TRAIN_GRAM_TOLERANCE
@@ -105,6 +162,8 @@ class WalkSchedule:
     predict_tolerance: float = PREDICT_GRAM_TOLERANCE
     max_predict_walkers: int = MAX_PREDICT_WALKERS
     sigma_fit_samples: int = SIGMA_FIT_SAMPLES
+    refits: int = REFITS
+    refit_tolerance: float = REFIT_TOLERANCE
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__
@@ -118,6 +177,8 @@ class WalkSchedule:
         set_field(self, "predict_tolerance", check_fraction("predict_tolerance", self.predict_tolerance))
         set_field(self, "max_predict_walkers", check_even_walkers("max_predict_walkers", self.max_predict_walkers))
         set_field(self, "sigma_fit_samples", check_int("sigma_fit_samples", self.sigma_fit_samples, 1))
+        set_field(self, "refits", check_int("refits", self.refits, 0))
+        set_field(self, "refit_tolerance", check_fraction("refit_tolerance", self.refit_tolerance))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (:meth:`from_dict` restores it)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import warnings
 
 import gpytorch
@@ -14,7 +15,7 @@ from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, WalkSched
 from gp_couple.couplings.walk_lengths import SigmaCoupling
 from gp_couple.graphs import grid_graph
 from gp_couple.kernels.grf_kernel import TRAIN_P_HALT, TRAIN_WALKERS
-from gp_couple.kernels.walk_schedule import DEFAULT_SCHEDULE, GramToleranceWarning
+from gp_couple.kernels.walk_schedule import DEFAULT_SCHEDULE, GramToleranceWarning, hyperparameter_change
 from gp_couple.recipes import fit_grf_gp
 
 GRAPH = grid_graph(10, 10)
@@ -48,6 +49,35 @@ def test_fit_gp_follows_the_learnt_range_and_ends_with_prediction_walkers():
     assert base.p_halt == pytest.approx(base.halting_for_range())
     assert TRAIN_WALKERS < base.num_walkers <= QUICK.max_predict_walkers
     assert base.gram_error_estimate <= QUICK.predict_tolerance or base.num_walkers == QUICK.max_predict_walkers
+
+
+def test_training_goes_on_on_the_prediction_walks_until_they_no_longer_move_the_range():
+    refitting, drawn_once = _model(schedule=QUICK), _model(schedule=WalkSchedule(**{**QUICK.to_dict(), "refits": 0}))
+    refitted, once = _fit(refitting), _fit(drawn_once)
+    # The same training phases, then at least one round on the prediction walks.
+    assert refitted.phases > once.phases
+    assert refitted[:len(once)] == list(once)
+    base = refitting.covar_module.base_kernel
+    assert isinstance(base.coupling, SigmaCoupling)
+    # Training stopped because the last round left the range where the walks were drawn
+    # for, or because the rounds ran out (then the walks were redrawn for where it ended).
+    change = hyperparameter_change(base.prediction_hyperparameters, base.kernel_family.hyperparameters())
+    assert change <= QUICK.refit_tolerance or refitted.phases == once.phases + QUICK.refits
+    assert change == 0.0 or refitted.phases < once.phases + QUICK.refits
+    # The kernel without refits predicts on walks drawn for the range it trained to.
+    assert drawn_once.covar_module.base_kernel.prediction_hyperparameters == \
+        drawn_once.covar_module.base_kernel.kernel_family.hyperparameters()
+
+
+def test_hyperparameter_change_is_the_largest_relative_move():
+    assert hyperparameter_change({"gamma": 2.0}, {"gamma": 2.1}) == pytest.approx(0.05)
+    assert hyperparameter_change({"gamma": 2.0, "beta": 1.0}, {"gamma": 2.0, "beta": 0.5}) == pytest.approx(0.5)
+    assert hyperparameter_change({"coefficients": [3.0, 4.0]}, {"coefficients": [3.0, 4.0]}) == 0.0
+    assert hyperparameter_change({"coefficients": [3.0, 4.0]}, {"coefficients": [3.0, 3.0]}) == pytest.approx(0.2)
+    assert hyperparameter_change({"coefficients": [0.0]}, {"coefficients": [0.0]}) == 0.0
+    assert hyperparameter_change({"coefficients": [0.0]}, {"coefficients": [1.0]}) == float("inf")
+    assert hyperparameter_change({"gamma": 1.0}, {"sigma": 1.0}) == float("inf")
+    assert hyperparameter_change({"gamma": [1.0, 2.0]}, {"gamma": 1.0}) == float("inf")
 
 
 def test_a_kernel_without_schedule_keeps_its_walks():
@@ -99,6 +129,9 @@ def test_the_same_seed_gives_the_same_schedule_and_fit_grf_gp_is_that_model():
     ({"phases": 0}, ValueError, "phases"),
     ({"predict": "yes"}, TypeError, "predict"),
     ({"sigma_fit_samples": 0}, ValueError, "sigma_fit_samples"),
+    ({"refits": -1}, ValueError, "refits"),
+    ({"refits": 1.0}, TypeError, "refits"),
+    ({"refit_tolerance": 0.0}, ValueError, "refit_tolerance"),
 ])
 def test_bad_schedules_are_refused(kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -162,3 +195,38 @@ def test_walker_counts_stay_within_half_the_memory_and_say_so(monkeypatch: pytes
         assert kernel.walkers_for(0.9, start=4, max_walkers=4096)[0] == 4  # met below the cap: silent
     monkeypatch.setattr(walks, "physical_memory", lambda: None)  # unknown memory: no cap
     assert walks.walkers_within_memory(100, 0.2) is None
+
+
+def _long_range_draw(seed: int) -> tuple[object, np.ndarray, torch.Tensor]:
+    """A draw from the exact diffusion prior (gamma 6) on a 20 x 20 grid, half the nodes observed with noise 0.1."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import expm_multiply
+
+    graph = grid_graph(20, 20)
+    rng = np.random.default_rng(seed)
+    laplacian = sp.identity(graph.num_nodes, format="csr") - graph.normalized_adjacency()
+    signal = expm_multiply(-0.5 * 6.0**2 * laplacian, rng.normal(size=graph.num_nodes))
+    signal = (signal - signal.mean()) / signal.std()
+    train = np.sort(rng.permutation(graph.num_nodes)[:200])
+    return graph, train, torch.as_tensor(signal[train] + 0.1 * rng.normal(size=train.size))
+
+
+def _learnt_gamma(graph, train: np.ndarray, targets: torch.Tensor, base: object) -> float:
+    kernel = gpytorch.kernels.ScaleKernel(base)
+    model = GraphGP(train, targets, gpytorch.likelihoods.GaussianLikelihood(), kernel).double()
+    with grf_gp_settings():
+        fit_gp(model, model.likelihood, iterations=200, optimizer="lbfgs", seed=0)
+    return float(model.covar_module.base_kernel.kernel_family.gamma)
+
+
+def test_training_on_the_prediction_walks_learns_a_long_range_the_coarse_walks_miss():
+    # On coarse training walks the likelihood trades a long range for noise; the rounds on
+    # the prediction walks must recover at least half of the gap to the exact GP (in log gamma).
+    graph, train, targets = _long_range_draw(0)
+    exact = _learnt_gamma(graph, train, targets, ExactGraphKernel(graph))
+    schedules = {refits: WalkSchedule(max_train_walkers=256, max_predict_walkers=1024, sigma_fit_samples=20,
+                                      refits=refits) for refits in (0, 2)}
+    gaps = {refits: abs(math.log(_learnt_gamma(graph, train, targets, GRFKernel(graph, seed=0, schedule=schedule))
+                                 / exact)) for refits, schedule in schedules.items()}
+    assert gaps[0] > 0.2                   # the drift this guards against
+    assert gaps[2] < 0.5 * gaps[0]
