@@ -256,6 +256,9 @@ def _demo(parser: argparse.ArgumentParser) -> Columns:
                         help="most training walkers per node of the recommended GRF-GP (even)")
     parser.add_argument("--max-predict-walkers", type=walkers_int, default=1024,
                         help="most prediction walkers per node of the recommended GRF-GP (even)")
+    parser.add_argument("--refits", type=non_negative_int, default=1,
+                        help="most training rounds of the recommended GRF-GP on its prediction walks "
+                             "(the library's default is 2; 1 keeps the demo fast)")
     add_walk_arguments(parser)
     add_device_argument(parser)
     add_common_arguments(parser, repeats=3)
