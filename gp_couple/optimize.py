@@ -100,12 +100,15 @@ class TrainingHistory(list):
     :ivar evaluations: Objective evaluations (L-BFGS line searches evaluate more than once per iteration).
     :ivar phases: Training phases run (:func:`gp_couple.models.fit_gp` trains again after a
         kernel redraws its walks; the losses of all phases follow one another).
+    :ivar steepest: L-BFGS only: the largest gradient entry at the last evaluation
+        (``None`` for Adam).
     """
 
     converged: bool = False
     reason: str = "iterations"
     evaluations: int = 0
     phases: int = 1
+    steepest: float | None = None
 
     def extend_phase(self, phase: TrainingHistory) -> None:
         """Append the losses of the next phase; how training ended is the last phase's.
@@ -113,7 +116,7 @@ class TrainingHistory(list):
         :param phase: The next phase's history.
         """
         self.extend(phase)
-        self.converged, self.reason = phase.converged, phase.reason
+        self.converged, self.reason, self.steepest = phase.converged, phase.reason, phase.steepest
         self.evaluations += phase.evaluations
 
 
@@ -141,9 +144,12 @@ def check_training(history: list[float], lr: float) -> None:
     :math:`\max(1, |\text{first}|)` plus three standard deviations of the loss noise
     (estimated from the differences of the last ten losses, which are random under
     CG/Lanczos). Stalled: the loss did not change at all over two or more steps (e.g.
-    after a step so large that every gradient vanished).
+    after a step so large that every gradient vanished). An L-BFGS run that converged
+    with a non-zero gradient (:attr:`TrainingHistory.steepest`) and an unchanged loss
+    started at a stationary point (e.g. a training phase on redrawn walks that agree with
+    the last ones): that is not a stall.
 
-    :param history: Losses, one per step.
+    :param history: Losses, one per step (a :class:`TrainingHistory` says how it ended).
     :param lr: The learning rate used (named in the message).
     """
     if len(history) < 2:
@@ -155,7 +161,8 @@ def check_training(history: list[float], lr: float) -> None:
     if last > first + _DIVERGENCE_TOLERANCE * max(1.0, abs(first)) + 3 * noise:
         warnings.warn(f"training diverged: {_loss_summary(history)}; the model keeps its last "
                       f"parameters. Try a smaller lr than {lr:g}", TrainingWarning, stacklevel=3)
-    elif np.ptp(values) == 0:
+    elif np.ptp(values) == 0 and not (getattr(history, "converged", False)
+                                      and (getattr(history, "steepest", None) or 0.0) > 0.0):
         warnings.warn(f"training stalled: the loss stayed at {first:.6g} for {len(history)} steps "
                       f"(zero gradients?); check lr={lr:g} and which parameters require grad",
                       TrainingWarning, stacklevel=3)
@@ -256,6 +263,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
                                options={"maxiter": int(iterations), "ftol": convergence.loss_tolerance * 1e-2,
                                         "gtol": 1e-8})
     assign(result.x)
+    history.steepest = float(np.abs(evaluated["gradient"]).max()) if start.size else 0.0
     if history.reason == "iterations" and result.status == 0:
         history.converged, history.reason = True, str(result.message)
     elif history.reason == "iterations" and result.status not in (0, 1) and int(result.nit) < iterations:

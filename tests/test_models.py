@@ -149,6 +149,24 @@ def test_fit_gp_reports_stalled_training():
         fit_gp(model, model.likelihood, iterations=5, lr=1e-30, seed=0)
 
 
+def test_a_converged_lbfgs_run_that_starts_at_its_optimum_is_not_a_stall():
+    import warnings
+
+    from gp_couple.optimize import TrainingHistory, TrainingWarning, check_training
+
+    def history(converged: bool, steepest: float | None) -> TrainingHistory:
+        losses = TrainingHistory([1.5, 1.5])
+        losses.converged, losses.steepest = converged, steepest
+        return losses
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingWarning)
+        check_training(history(True, 1e-6), lr=0.01)      # a later phase that starts where it converged
+    for converged, steepest in ((True, 0.0), (False, 1e-6), (False, None)):
+        with pytest.warns(TrainingWarning, match="training stalled"):
+            check_training(history(converged, steepest), lr=0.01)
+
+
 def test_fit_gp_is_silent_when_training_improves():
     import warnings
 
