@@ -284,12 +284,23 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
 
     try:
         with flush_denormals():
-            # Every kernel is asked (no short-circuit): each redraws what it needs.
+            # Every kernel is asked (no short-circuit): each redraws what it needs. Plain loops, not
+            # comprehensions, so that the kernels' warnings point at the caller of fit_gp.
             going = train_phase()
-            while going and any([kernel.refine_walks(phases_run) for kernel in kernels]):
+            while going:
+                redrawn = False
+                for kernel in kernels:
+                    redrawn = kernel.refine_walks(phases_run) or redrawn
+                if not redrawn:
+                    break
                 going = train_phase()
             refit = 0
-            while any([kernel.prepare_prediction(refit) for kernel in kernels]) and going:
+            while True:
+                drawn = False
+                for kernel in kernels:
+                    drawn = kernel.prepare_prediction(refit) or drawn
+                if not (drawn and going):
+                    break
                 going = train_phase()
                 refit += 1
         return history
