@@ -169,31 +169,30 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
             # The time of the start kept, not of both: what one training run of the exact GP costs.
             start = time.perf_counter() - result[f"train_s_from_{name}_start"]
         train_s = time.perf_counter() - start
+        prediction = None
         if method.startswith("exact") and not exact_variances:
             # Means only: one CG solve and one cross-covariance product (exact variances at
             # 10^4 training points need every column of the training covariance).
             model.eval()
             with grf_gp_settings(), torch.no_grad(), gpytorch.settings.skip_posterior_variances(True):
                 mean = model(model.node_inputs(test)).mean.double().numpy()
-            result.update(_hyper(model, likelihood), test_rmse=rmse(mean, signal[test]), test_nlpd=None,
-                          variance_method=None, train_s=train_s, total_s=time.perf_counter() - start,
-                          cpu_s=time.process_time() - cpu,
-                          warnings=sorted({f"{type(w.message).__name__}: {str(w.message)[:160]}" for w in caught}))
-            return result
-        with grf_gp_settings():
-            prediction = predict(model, likelihood, test, seed=seed)
+        else:
+            with grf_gp_settings():
+                prediction = predict(model, likelihood, test, seed=seed)
+            mean = prediction.mean.double().numpy()
     base = model.covar_module.base_kernel
     if isinstance(base, GRFKernel):
         result.update(predict_walkers=base.num_walkers, predict_p_halt=base.p_halt,
                       gram_error_estimate=base.gram_error_estimate)
     result.update(_hyper(model, likelihood))
-    mean, variance = prediction.mean.double().numpy(), prediction.variance.double().numpy()
-    result.update(test_rmse=rmse(mean, signal[test]), test_nlpd=nlpd(mean, variance, observed[test]),
-                  variance_method=prediction.estimate.method, variance_error=prediction.estimate.relative_error,
+    result.update(test_rmse=rmse(mean, signal[test]),
+                  test_nlpd=None if prediction is None else nlpd(mean, prediction.variance.double().numpy(),
+                                                                 observed[test]),
+                  variance_method=None if prediction is None else prediction.estimate.method,
+                  variance_error=None if prediction is None else prediction.estimate.relative_error,
                   train_s=train_s, total_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu)
     result.update(warnings=sorted({f"{type(w.message).__name__}: {str(w.message)[:160]}" for w in caught}))
     return result
-
 
 def missing_data(spec: str) -> str | None:
     """Why the data of ``spec`` cannot be read (``None`` if they can, or it needs none)."""

@@ -59,11 +59,12 @@ def test_training_goes_on_on_the_prediction_walks_until_they_no_longer_move_the_
     assert refitted[:len(once)] == list(once)
     base = refitting.covar_module.base_kernel
     assert isinstance(base.coupling, SigmaCoupling)
-    # Training stopped because the last round left the range where the walks were drawn
-    # for, or because the rounds ran out (then the walks were redrawn for where it ended).
+    # Training stopped because the last round left the range within the tolerance of where
+    # the walks were drawn for, or the rounds ran out and the walks were redrawn for where
+    # it ended: either way the walks fit the final range.
     change = hyperparameter_change(base.prediction_hyperparameters, base.kernel_family.hyperparameters())
-    assert change <= QUICK.refit_tolerance or refitted.phases == once.phases + QUICK.refits
-    assert change == 0.0 or refitted.phases < once.phases + QUICK.refits
+    assert change <= QUICK.refit_tolerance
+    assert refitted.phases <= once.phases + QUICK.refits
     # The kernel without refits predicts on walks drawn for the range it trained to.
     assert drawn_once.covar_module.base_kernel.prediction_hyperparameters == \
         drawn_once.covar_module.base_kernel.kernel_family.hyperparameters()
