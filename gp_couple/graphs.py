@@ -34,6 +34,10 @@ Conventions
   :data:`SPARSE_IDS_MIN_NODES` nodes, over 90 % of them isolated) draws a warning that
   suggests relabelling them, and a graph whose estimated memory exceeds the available
   memory is refused with the estimate before anything is allocated.
+* **Unweighted graphs** (every weight 1, whichever builder made them) store no weights:
+  :attr:`Graph.weights` is then a read-only zero-stride view of ``1.0`` (no buffer of 8 bytes
+  per stored entry), read like any array, and every result is the one of stored unit weights,
+  bit for bit.
 * **Weight range.** Weights must be finite and non-negative, and every weighted degree
   (row sum of :math:`\mathbf W`) at most :data:`MAX_WEIGHTED_DEGREE` (``1e300``), so that
   degree sums and the normalisation stay finite in float64. Graph kernels depend only on
@@ -83,6 +87,9 @@ _NETWORKX_BYTES_PER_EDGE = 512
 _INT32_MAX = np.iinfo(np.int32).max
 #: Elements of the CSR arrays hashed at a time by :meth:`Graph.fingerprint`.
 _HASH_CHUNK = 1 << 20
+#: What the compiled loops get for the weights of an unweighted graph (read-only).
+_EMPTY_WEIGHTS = np.empty(0, dtype=np.float64)
+_EMPTY_WEIGHTS.setflags(write=False)
 
 SelfLoopPolicy = Literal["error", "drop", "keep"]
 _SELF_LOOP_POLICIES = ("error", "drop", "keep")
@@ -96,6 +103,22 @@ def _check_policy(self_loops: str) -> None:
 def _freeze(array: np.ndarray) -> np.ndarray:
     array.setflags(write=False)
     return array
+
+
+def _unit_weights(num_entries: int) -> np.ndarray:
+    """``num_entries`` weights 1.0 without a buffer: a read-only zero-stride view of one float64."""
+    return np.broadcast_to(np.float64(1.0), (num_entries,))
+
+
+def _kept_weights(weights: np.ndarray) -> np.ndarray:
+    """The weights a graph keeps: :func:`_unit_weights` when all are 1 (or there are none), else a
+    read-only float64 array of stride 8 (``weights`` itself where it is one), so that a zero stride
+    marks unit weights (:attr:`Graph.has_unit_weights`)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.size == 0 or weights.min() == weights.max() == 1.0:
+        return _unit_weights(weights.size)
+    # A copy where the strides differ (np.ascontiguousarray keeps any stride of a single value).
+    return _freeze(weights if weights.strides == (8,) else weights.copy())
 
 
 def _index_dtype(num_nodes: int, num_entries: int) -> type[np.signedinteger]:
@@ -133,11 +156,12 @@ class Graph(DerivedCache):
         self._set_csr(matrix.indptr, matrix.indices, matrix.data, matrix.shape[0])
 
     def _set_csr(self, indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, num_nodes: int) -> None:
-        """Keep a canonical symmetric CSR matrix (arrays owned by this graph; cast without copying where they fit)."""
+        """Keep a canonical symmetric CSR matrix (arrays owned by this graph; cast without copying where they
+        fit; weights that are all 1 are not kept, see :func:`_kept_weights`)."""
         index_dtype = _index_dtype(num_nodes, len(weights))
         self._indptr = _freeze(indptr.astype(index_dtype, copy=False))
         self._indices = _freeze(indices.astype(index_dtype, copy=False))
-        self._weights = _freeze(weights.astype(np.float64, copy=False))
+        self._weights = _kept_weights(weights)
         self._num_nodes = int(num_nodes)
 
     @classmethod
@@ -307,7 +331,8 @@ class Graph(DerivedCache):
     @property
     def num_edges(self) -> int:
         """Number of undirected edges (a self-loop counts once)."""
-        loops = int(np.count_nonzero(self.adjacency.diagonal()))
+        # Stored weights are positive: the self-loops are the diagonal entries of the pattern.
+        loops = _count_self_loops(self._indptr, self._indices)
         return (len(self._indices) - loops) // 2 + loops
 
     @property
@@ -323,8 +348,27 @@ class Graph(DerivedCache):
 
     @property
     def weights(self) -> np.ndarray:
-        """CSR edge weights (float64), read-only."""
+        """CSR edge weights (float64), read-only.
+
+        On an unweighted graph (:attr:`has_unit_weights`) a zero-stride view of ``1.0``
+        (``strides == (0,)``) that holds no per-edge buffer: numpy reads it like any array, and
+        ``np.ascontiguousarray`` copies it where a contiguous one is needed.
+        """
         return self._weights
+
+    @property
+    def has_unit_weights(self) -> bool:
+        """Whether every edge weight is 1 (an unweighted graph, all weights given as 1, or no edges):
+        the weights are then not stored, and what is computed from them takes the unit weights'
+        shortcuts (the same values, bit for bit)."""
+        return self._weights.strides == (0,)
+
+    def nbytes(self) -> int:
+        """Bytes of the CSR arrays the graph holds (not what is kept with it by
+        :meth:`~gp_couple._derived.DerivedCache.derived`): the unit weights of an unweighted graph
+        count for nothing."""
+        weights = 0 if self.has_unit_weights else self._weights.nbytes
+        return self._indptr.nbytes + self._indices.nbytes + weights
 
     @property
     def degrees(self) -> np.ndarray:
@@ -338,11 +382,18 @@ class Graph(DerivedCache):
         return self.derived("weighted_degrees", self._weighted_degrees)
 
     def _weighted_degrees(self) -> np.ndarray:
+        if self.has_unit_weights:
+            # Row sums of ones are the degrees, exactly (without a contiguous copy of the weights).
+            return _freeze(self.degrees.astype(np.float64))
         return _freeze(np.asarray(self.adjacency.sum(axis=1)).ravel().astype(np.float64))
 
     @property
     def adjacency(self) -> sp.csr_matrix:
-        """Weighted adjacency matrix :math:`W` (a fresh scipy CSR matrix view)."""
+        """Weighted adjacency matrix :math:`W` (a fresh scipy CSR matrix view).
+
+        Its ``data`` is :attr:`weights`: on an unweighted graph the zero-stride view, which scipy's
+        compiled routines (products, sums, indexing) copy to a contiguous array while they run.
+        """
         return sp.csr_matrix((self._weights, self._indices, self._indptr),
                              shape=(self._num_nodes, self._num_nodes))
 
@@ -370,8 +421,10 @@ class Graph(DerivedCache):
         inv_sqrt = np.zeros_like(d)
         positive = d > 0
         inv_sqrt[positive] = 1.0 / np.sqrt(d[positive])
-        out = np.empty_like(self._weights)
-        _normalize_edge_weights(self._indptr, self._indices, self._weights, inv_sqrt, times_degree, out)
+        out = np.empty(len(self._indices), dtype=np.float64)
+        unit = self.has_unit_weights
+        _normalize_edge_weights(self._indptr, self._indices, _EMPTY_WEIGHTS if unit else self._weights, unit,
+                                inv_sqrt, times_degree, out)
         return out
 
     def normalized_adjacency(self) -> sp.csr_matrix:
@@ -431,7 +484,14 @@ class Graph(DerivedCache):
             for array in (self._indptr, self._indices):
                 for start in range(0, len(array), _HASH_CHUNK):
                     digest.update(array[start:start + _HASH_CHUNK].astype(np.int64).tobytes())
-            digest.update(self._weights.tobytes())
+            if self.has_unit_weights:
+                # The bytes of stored unit weights, a chunk at a time.
+                count = len(self._weights)
+                ones = np.ones(min(count, _HASH_CHUNK))
+                for start in range(0, count, _HASH_CHUNK):
+                    digest.update(ones[:count - start])
+            else:
+                digest.update(self._weights)
             return digest.hexdigest()
 
         return self.derived("fingerprint", build)
@@ -446,6 +506,20 @@ class Graph(DerivedCache):
 
     def __copy__(self) -> Graph:
         return self
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Unit weights are pickled as None (a pickled zero-stride view would be a full array).
+        state = dict(self.__dict__)
+        if self.has_unit_weights:
+            state["_weights"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        weights = state.pop("_weights")
+        self.__dict__.update(state)
+        self._weights = _unit_weights(len(self._indices)) if weights is None else _kept_weights(weights)
+        _freeze(self._indptr)
+        _freeze(self._indices)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Graph:
         # Immutable: copies (e.g. Pyro deep-copying a model every step) can share it.
@@ -474,7 +548,7 @@ def grid_graph(rows: int, cols: int) -> Graph:
     indptr = np.empty(num_nodes + 1, dtype=index_dtype)
     indices = np.empty(num_entries, dtype=index_dtype)
     _fill_grid_csr(rows, cols, indptr, indices)
-    return Graph._from_csr(indptr, indices, np.ones(num_entries), num_nodes)
+    return Graph._from_csr(indptr, indices, _unit_weights(num_entries), num_nodes)
 
 
 def erdos_renyi_graph(num_nodes: int, edge_probability: float, seed: int = 0) -> Graph:
@@ -826,13 +900,26 @@ def _fill_symmetric_csr(indptr, lo, hi, weights, indices, data):  # pragma: no c
 
 
 @njit(cache=True)
-def _normalize_edge_weights(indptr, indices, weights, inv_sqrt, times_degree, out):  # pragma: no cover - compiled
+def _count_self_loops(indptr, indices):  # pragma: no cover - compiled
+    """Number of stored diagonal entries ``(u, u)``."""
+    loops = 0
+    for row in range(indptr.size - 1):
+        for edge in range(indptr[row], indptr[row + 1]):
+            if indices[edge] == row:
+                loops += 1
+    return loops
+
+
+@njit(cache=True)
+def _normalize_edge_weights(indptr, indices, weights, unit, inv_sqrt, times_degree,
+                            out):  # pragma: no cover - compiled
     """``out[e] = weights[e] * inv_sqrt[u] * inv_sqrt[v]`` (times ``deg(u)`` with ``times_degree``), row by row,
-    with numpy's order of operations and roundings."""
+    with numpy's order of operations and roundings; with ``unit`` every weight is 1.0 (``weights`` unread)."""
     for row in range(indptr.size - 1):
         lo, hi = indptr[row], indptr[row + 1]
         scale = inv_sqrt[row]
         degree = np.float64(hi - lo)
         for edge in range(lo, hi):
-            value = weights[edge] * scale * inv_sqrt[indices[edge]]
+            weight = 1.0 if unit else weights[edge]
+            value = weight * scale * inv_sqrt[indices[edge]]
             out[edge] = value * degree if times_degree else value

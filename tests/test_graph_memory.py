@@ -7,20 +7,25 @@
   graph share them (no int64 copies);
 * the walk tables share the graph's degrees, the uniform ratios are bit for bit
   ``normalized_weights() * degrees`` without keeping :math:`\\widetilde W`, and walks are the
-  same, bit for bit, on int32 and int64 index arrays.
+  same, bit for bit, on int32 and int64 index arrays;
+* an unweighted graph holds no weights (a read-only zero-stride view of 1.0), and everything
+  computed from it (adjacency, degrees, :math:`\\widetilde W`, proposal tables, walks,
+  fingerprints, pickles) is what stored unit weights gave, bit for bit.
 """
 
 from __future__ import annotations
 
 import hashlib
+import pickle
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from gp_couple import graphs
 from gp_couple.couplings.proposals import DEFAULT_PROPOSAL, UniformProposal, WeightedProposal, uniform_ratios
 from gp_couple.features.walks import walk_endpoints_with_lengths, walk_with_lengths
-from gp_couple.graphs import Graph, _index_dtype, grid_graph
+from gp_couple.graphs import Graph, _index_dtype, erdos_renyi_graph, grid_graph, icosphere_graph
 
 
 def old_csr(edges: np.ndarray, weights: np.ndarray, num_nodes: int) -> sp.csr_matrix:
@@ -200,3 +205,120 @@ def test_walks_are_the_same_on_int32_and_int64_indices(proposal: str, directions
     np.testing.assert_array_equal(
         walk_endpoints_with_lengths(graph, lengths, seed=9, proposal=proposal, directions=directions),
         walk_endpoints_with_lengths(wide, lengths, seed=9, proposal=proposal, directions=directions))
+
+
+# ------------------------------------------------------------------ unit weights
+def with_stored_unit_weights(graph: Graph) -> Graph:
+    """The same graph holding its weights as before: a contiguous read-only array of ones."""
+    stored = Graph.__new__(Graph)
+    stored._indptr, stored._indices, stored._num_nodes = graph.indptr, graph.indices, graph.num_nodes
+    stored._weights = np.ones(len(graph.indices))
+    stored._weights.setflags(write=False)
+    return stored
+
+
+def unweighted_graphs() -> dict[str, Graph]:
+    return {"grid": grid_graph(9, 7), "icosphere": icosphere_graph(1), "erdos_renyi": erdos_renyi_graph(40, 0.15, 2),
+            "edges": Graph.from_edges([[0, 1], [1, 2], [2, 0], [2, 3]], num_nodes=6),
+            "loops": Graph.from_edges([[0, 1], [1, 1], [1, 2], [3, 3]], num_nodes=5, self_loops="keep"),
+            "matrix": Graph(np.ones((5, 5)) - np.eye(5)),
+            "explicit_ones": Graph.from_edges([[0, 1], [1, 2]], weights=[1.0, 1.0]),
+            "no_edges": Graph.from_edges([], num_nodes=3)}
+
+
+@pytest.mark.parametrize("name", sorted(unweighted_graphs()))
+def test_unweighted_graphs_hold_no_weights(name: str) -> None:
+    graph = unweighted_graphs()[name]
+    weights = graph.weights
+    assert graph.has_unit_weights and weights.strides == (0,) and weights.dtype == np.float64
+    assert weights.shape == graph.indices.shape and np.all(weights == 1.0)
+    assert not weights.flags.writeable
+    if weights.size:
+        with pytest.raises(ValueError):
+            weights[0] = 2.0
+    assert graph.nbytes() == graph.indptr.nbytes + graph.indices.nbytes
+
+
+def test_weighted_graphs_store_their_weights() -> None:
+    graph = Graph.from_edges([[0, 1], [1, 2]], weights=[1.0, 3.0])
+    assert not graph.has_unit_weights and graph.weights.flags.c_contiguous and not graph.weights.flags.writeable
+    assert graph.weights.tolist() == [1.0, 1.0, 3.0, 3.0]
+    assert graph.nbytes() == graph.indptr.nbytes + graph.indices.nbytes + 32
+
+
+def test_a_large_grid_holds_no_weights() -> None:
+    graph = grid_graph(300, 400)
+    entries = len(graph.indices)
+    assert graph.has_unit_weights and graph.nbytes() == 4 * (graph.num_nodes + 1) + 4 * entries
+    tables = DEFAULT_PROPOSAL.tables(graph)
+    assert tables.ratios.size == 0 and tables.cumulative.size == 0
+    # Nothing the walks need is kept per edge.
+    kept = [value for value in graph.__dict__["_derived"].values() if isinstance(value, np.ndarray)]
+    assert all(array.size < entries for array in kept)
+
+
+@pytest.mark.parametrize("name", sorted(unweighted_graphs()))
+def test_unit_weights_give_what_stored_ones_gave(name: str) -> None:
+    graph = unweighted_graphs()[name]
+    stored = with_stored_unit_weights(graph)
+    assert stored.has_unit_weights == (graph.weights.size == 0)  # an empty array has stride 0
+    assert graph.fingerprint() == stored.fingerprint() and graph == stored
+    new, old = graph.adjacency, stored.adjacency
+    assert np.asarray(new.data).tobytes() == old.data.tobytes() and (new != old).nnz == 0
+    assert graph.num_edges == stored.num_edges
+    for member in ("weighted_degrees", "normalized_weights"):
+        value = getattr(graph, member)
+        assert (value() if callable(value) else value).tobytes() == \
+            (getattr(stored, member)() if callable(value) else getattr(stored, member)).tobytes()
+    assert graph.compute_normalized_weights(times_degree=True).tobytes() == \
+        stored.compute_normalized_weights(times_degree=True).tobytes()
+    assert (graph.normalized_laplacian() != stored.normalized_laplacian()).nnz == 0
+    np.testing.assert_array_equal(graph.connected_components()[1], stored.connected_components()[1])
+    for proposal in (DEFAULT_PROPOSAL, UniformProposal()):
+        tables = proposal.tables(graph)
+        assert tables.choice_degrees.tobytes() == proposal.tables(stored).choice_degrees.tobytes()
+        assert (proposal.transition_matrix(graph) != proposal.transition_matrix(stored)).nnz == 0
+    rows = np.repeat(np.arange(graph.num_nodes), graph.degrees)
+    scales = DEFAULT_PROPOSAL.tables(graph).node_scales
+    on_the_fly = (scales[rows] * scales[graph.indices]) * graph.degrees[rows].astype(float)
+    assert on_the_fly.tobytes() == uniform_ratios(stored).tobytes()
+    lengths = np.random.default_rng(5).integers(0, 15, size=(graph.num_nodes, 4))
+    for proposal in ("weighted", "uniform"):
+        for directions in ("independent", "repelling"):
+            new_walks, old_walks = (walk_with_lengths(g, lengths, 0.1, seed=3, proposal=proposal, directions=directions)
+                                    for g in (graph, stored))
+            for field in ("indptr", "columns", "steps", "weights"):
+                assert getattr(new_walks, field).tobytes() == getattr(old_walks, field).tobytes()
+            np.testing.assert_array_equal(
+                walk_endpoints_with_lengths(graph, lengths, seed=3, proposal=proposal, directions=directions),
+                walk_endpoints_with_lengths(stored, lengths, seed=3, proposal=proposal, directions=directions))
+
+
+def test_fingerprints_of_unweighted_graphs_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fingerprints of saved kernels: the values from before unit weights were dropped.
+    assert grid_graph(3, 5).fingerprint() == "ec986d92eb0f6d102207c2190fdf345cd588ded69e6e533d5c9eb1269c942500"
+    assert icosphere_graph(1).fingerprint() == "8f2320ba8c10571c9f425fa66dd99b38477c692a94ff04491d7080d520da6b09"
+    assert Graph.from_edges([[0, 1], [1, 2]], weights=[1.0, 3.0]).fingerprint() == \
+        "423fb42c817fae2a34bccaa772da40f1cf5183bc0bb5c1a135bab86f0883453a"
+    # Hashed in chunks that do not divide the number of entries: the same digest.
+    monkeypatch.setattr(graphs, "_HASH_CHUNK", 7)
+    graph = grid_graph(4, 6)
+    digest = hashlib.sha256()
+    for array in (np.int64(graph.num_nodes), graph.indptr.astype(np.int64), graph.indices.astype(np.int64),
+                  np.ones(len(graph.indices))):
+        digest.update(array.tobytes())
+    assert graph.fingerprint() == digest.hexdigest()
+
+
+def test_pickles_keep_unit_weights_unstored() -> None:
+    graph = grid_graph(60, 50)
+    data = pickle.dumps(graph)
+    assert len(data) < graph.indptr.nbytes + graph.indices.nbytes + 4096
+    clone = pickle.loads(data)
+    assert clone.has_unit_weights and clone == graph and not clone.weights.flags.writeable
+    assert not clone.indptr.flags.writeable and not clone.indices.flags.writeable
+    # A graph pickled with stored unit weights (before they were dropped) loads without them.
+    assert pickle.loads(pickle.dumps(with_stored_unit_weights(graph))).has_unit_weights
+    weighted = Graph.from_edges([[0, 1], [1, 2]], weights=[1.0, 3.0])
+    clone = pickle.loads(pickle.dumps(weighted))
+    assert clone == weighted and clone.weights.tolist() == weighted.weights.tolist()

@@ -141,7 +141,7 @@ def _uniform_tables(graph: Graph) -> ProposalTables:
 
     On unit weights the sampler computes the ratios from per-node scales (no per-edge array).
     """
-    if graph.derived("unit_weights", lambda: bool(np.all(graph.weights == 1.0))):
+    if graph.has_unit_weights:
         return ProposalTables(ratios=_EMPTY, cumulative=_EMPTY, choice_degrees=graph.degrees,
                               node_scales=graph.derived("inverse_sqrt_degrees", lambda: _inverse_sqrt_degrees(graph)))
     return ProposalTables(ratios=uniform_ratios(graph), cumulative=_EMPTY, choice_degrees=graph.degrees)
@@ -282,8 +282,9 @@ class WeightedProposal(NeighbourProposal):
     def _build_tables(self, graph: Graph) -> ProposalTables:
         # Equal weights on a row make its probabilities W_uv / d_u equal (and valid: positive,
         # finite, summing to one), so a graph whose rows all have equal weights (every
-        # unweighted graph) gets the uniform tables without an edge-sized probability table.
-        if np.all(_uniform_rows(graph, graph.weights)):
+        # unweighted graph, which holds no weights to compare) gets the uniform tables without an
+        # edge-sized probability table.
+        if graph.has_unit_weights or np.all(_uniform_rows(graph, graph.weights)):
             return _uniform_tables(graph)
         return super()._build_tables(graph)
 
