@@ -18,6 +18,7 @@ and never touches the graph or resamples walks.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,17 +26,20 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .._checks import check_memory
 from .._random import SeedLike, draw_seed
 from ..couplings.directions import DirectionCoupling, get_direction_coupling
 from ..couplings.proposals import NeighbourProposal, get_proposal
 from ..couplings.walk_lengths import IIDWalkLengthCoupling, WalkLengthCoupling
+from ..devices import physical_memory
 from ..graphs import Graph
 from ..progress import progress
 from ..sparse_pattern import CSRPattern, sparse_csr
 from . import _walk_compiled as compiled
-from .walks import WalkSteps, sample_walk_lengths
+from .walks import BYTES_PER_WALK_LENGTH, WalkSteps, expected_walk_entries, sample_walk_lengths
 
-__all__ = ["FEATURE_KEYS", "GraphRandomFeatures", "StepMatrix", "gram_estimate"]
+__all__ = ["FEATURE_KEYS", "GraphRandomFeatures", "StepMatrix", "expected_feature_bytes", "gram_estimate",
+           "walkers_within_memory"]
 
 #: Names of the tensors that define :class:`GraphRandomFeatures` (:meth:`~GraphRandomFeatures.tensors`),
 #: in their order; kernels store them as buffers ``features_<name>``.
@@ -127,7 +131,7 @@ class GraphRandomFeatures:
             raise TypeError(f"expected WalkSteps, got {type(walk_steps).__name__}")
         raw_sizes = np.diff(walk_steps.indptr)
         builder = _Assembler(walk_steps.num_nodes, walk_steps.start_nodes, raw_sizes,
-                             walk_steps.columns.dtype, dtype, chunk_entries=None)
+                             walk_steps.columns.dtype, dtype, chunked=False)
         scratch = (walk_steps.columns.copy(), walk_steps.steps.copy(), walk_steps.weights.copy())
         entry_counts, distinct_counts = builder.counts(walk_steps.num_rows)
         with compiled.threads_for(walk_steps.num_entries):
@@ -375,19 +379,132 @@ def gram_estimate(features: GraphRandomFeatures, modulation: Any,
     return ((cross + cross.T) * 0.5).tocsr()
 
 
+#: Bytes a coalesced ``(row, column, step)`` entry costs while a GP trains on the features: its step
+#: and weight, the step matrix :math:`\mathbf S` and its transpose, and the product's temporaries.
+TRAINING_BYTES_PER_ENTRY = 40
+#: Bytes a ``(row, column)`` slot of :math:`\Phi` costs while a GP trains on the features: its
+#: column and entry pointer, the pattern's derived index arrays, feature values and their gradients.
+TRAINING_BYTES_PER_SLOT = 64
+#: Rows whose walks :func:`expected_feature_bytes` samples.
+PILOT_ROWS = 64
+
+
+def expected_feature_bytes(graph: Graph, num_walkers: int, p_halt: float,
+                           coupling: WalkLengthCoupling | str = IIDWalkLengthCoupling(), *, start_nodes: np.ndarray,
+                           max_length: int | None = None, proposal: NeighbourProposal | str | None = None,
+                           directions: DirectionCoupling | str | None = None, pilot_rows: int = PILOT_ROWS,
+                           seed: SeedLike = 0) -> float:
+    r"""Memory a GP needs to train on the features of ``start_nodes``, estimated from a sample of them.
+
+    The coalesced entries of a row, its distinct ``(column, step)`` pairs, have no closed
+    form: the :math:`m` walkers of a node revisit the same nodes at the same steps, more so
+    the more walkers there are, so they number several times fewer than the raw walk
+    steps :math:`m(1-p_\mathrm{halt})/p_\mathrm{halt}`. This samples the walks of
+    ``pilot_rows`` of the rows, drawn at random, and scales their mean entries and slots
+    per row, each plus two standard errors, to every row:
+
+    .. math::
+
+        R\,\bigl(\bar e\,b_\mathrm{entry} + \bar u\,b_\mathrm{slot}\bigr) + R\,m\,b_\mathrm{length},
+
+    with :data:`TRAINING_BYTES_PER_ENTRY`, :data:`TRAINING_BYTES_PER_SLOT` and the walk
+    lengths' table.
+
+    :param graph: The graph.
+    :param num_walkers: Walkers per node.
+    :param p_halt: Termination probability.
+    :param coupling: Walk-length coupling.
+    :param start_nodes: The rows' start nodes (validated, distinct).
+    :param max_length: Longest walk (``None``: unbounded).
+    :param proposal: Neighbour proposal.
+    :param directions: Direction coupling.
+    :param pilot_rows: Rows sampled (all of them when there are fewer).
+    :param seed: Seed of the sample of rows and of their walks.
+    :return: The estimate in bytes.
+    """
+    rows = int(np.asarray(start_nodes).size)
+    if rows == 0:
+        return 0.0
+    rng = np.random.default_rng(draw_seed(seed))
+    pilot = np.sort(rng.choice(np.asarray(start_nodes), size=min(int(pilot_rows), rows), replace=False))
+    features = GraphRandomFeatures.sample(graph, num_walkers, p_halt, coupling, max_length=max_length,
+                                          seed=draw_seed(rng), start_nodes=pilot, dtype=torch.float64,
+                                          proposal=proposal, directions=directions)
+    row_pointer = features.row_pointer.long()
+    slots = torch.diff(row_pointer).double()
+    entries = torch.diff(features.slot_pointer.long()[row_pointer]).double()
+    per_row = 0.0
+    for counts, size in ((entries, TRAINING_BYTES_PER_ENTRY), (slots, TRAINING_BYTES_PER_SLOT)):
+        spread = 2.0 * float(counts.std()) / math.sqrt(counts.numel()) if counts.numel() > 1 else 0.0
+        per_row += (float(counts.mean()) + spread) * size
+    return rows * (per_row + num_walkers * BYTES_PER_WALK_LENGTH)
+
+
+def walkers_within_memory(graph: Graph, start_nodes: np.ndarray, p_halt: float,
+                          coupling: WalkLengthCoupling | str = IIDWalkLengthCoupling(), *, upto: int,
+                          max_length: int | None = None, proposal: NeighbourProposal | str | None = None,
+                          directions: DirectionCoupling | str | None = None, fraction: float = 0.5,
+                          seed: SeedLike = 0) -> int | None:
+    """The most walkers per node, even and at most ``upto``, whose features a GP can train on in ``fraction`` of memory.
+
+    The memory is :func:`expected_feature_bytes`'s estimate. Where even the raw walk steps
+    fit (an upper bound of the coalesced entries and slots), no walks are sampled;
+    otherwise the count is found by bisection on sampled estimates, to within 1/32.
+
+    :param graph: The graph.
+    :param start_nodes: The rows' start nodes (validated, distinct).
+    :param p_halt: Termination probability.
+    :param coupling: Walk-length coupling.
+    :param upto: Most walkers considered (even).
+    :param max_length: Longest walk (``None``: unbounded).
+    :param proposal: Neighbour proposal.
+    :param directions: Direction coupling.
+    :param fraction: Share of the machine's physical memory the features may take.
+    :param seed: Seed of the estimates.
+    :return: The walker count (at least 2), or ``None`` where the memory is unknown.
+    """
+    available = physical_memory()
+    rows = int(np.asarray(start_nodes).size)
+    if available is None or rows == 0:
+        return None
+    budget = fraction * available
+    raw_bound = (expected_walk_entries(rows, upto, p_halt, max_length) * (TRAINING_BYTES_PER_ENTRY
+                                                                         + TRAINING_BYTES_PER_SLOT)
+                 + float(rows) * upto * BYTES_PER_WALK_LENGTH)
+    if raw_bound <= budget:
+        return upto
+
+    def fits(walkers: int) -> bool:
+        return expected_feature_bytes(graph, walkers, p_halt, coupling, start_nodes=start_nodes, max_length=max_length,
+                                      proposal=proposal, directions=directions, seed=seed) <= budget
+
+    if fits(upto):
+        return upto
+    low, high = 2, upto  # fits(high) is False; low is returned even when it does not fit
+    while high - low > max(2, low // 32):
+        middle = 2 * ((low + high) // 4)
+        if middle <= low:
+            break
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
 class _Assembler:
     """Collects coalesced rows chunk by chunk into contiguous arrays.
 
-    Output arrays are allocated at their upper bound (the raw entry count) and shrunk at
-    the end; pages beyond what is written are never touched, so they cost no memory.
+    The output arrays grow with what the chunks coalesce to (by a factor of
+    :attr:`GROWTH` at a time, never beyond the raw entry count) and are shrunk to it at
+    the end. So the features' memory follows the coalesced entries, several times fewer
+    than the raw walk steps when many walkers revisit the same nodes at the same steps,
+    and a build that would not fit in the available memory stops with a ``ValueError``
+    before it allocates, not in the middle of an allocation.
     """
 
     #: Raw entries per chunk of rows (bounds the scratch memory to ~230 MB).
     CHUNK_ENTRIES = 1 << 24
 
     def __init__(self, num_nodes: int, starts: np.ndarray, raw_sizes: np.ndarray,
-                 column_dtype: np.dtype, dtype: torch.dtype | None,
-                 chunk_entries: int | None = CHUNK_ENTRIES) -> None:
+                 column_dtype: np.dtype, dtype: torch.dtype | None, chunked: bool = True) -> None:
         dtype = dtype or torch.get_default_dtype()
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating torch dtype, got {dtype}")
@@ -395,11 +512,13 @@ class _Assembler:
         self.num_nodes = int(num_nodes)
         self.starts = np.asarray(starts, dtype=np.int64)
         self.raw_sizes = np.asarray(raw_sizes, dtype=np.int64)
-        capacity = int(self.raw_sizes.sum())
-        self.entry_index = np.int32 if capacity < np.iinfo(np.int32).max else np.int64
-        self.column_index = np.int32 if max(num_nodes, capacity) < np.iinfo(np.int32).max else np.int64
-        self.chunk_entries = chunk_entries
+        self.raw_entries = int(self.raw_sizes.sum())
+        self.entry_index = np.int32 if self.raw_entries < np.iinfo(np.int32).max else np.int64
+        self.column_index = np.int32 if max(num_nodes, self.raw_entries) < np.iinfo(np.int32).max else np.int64
+        # Read at construction (not bound as a default), so that tests can shrink the chunks.
+        self.chunk_entries = self.CHUNK_ENTRIES if chunked else None
         numpy_dtype = torch.empty((), dtype=dtype).numpy().dtype
+        capacity = min(self.raw_entries, self.chunk_entries or self.raw_entries)
         self.steps = np.empty(capacity, dtype=self.entry_index)
         self.weights = np.empty(capacity, dtype=numpy_dtype)
         self.columns = np.empty(capacity, dtype=np.dtype(column_dtype))
@@ -437,6 +556,26 @@ class _Assembler:
     def counts(rows: int) -> tuple[np.ndarray, np.ndarray]:
         return np.empty(rows, dtype=np.int64), np.empty(rows, dtype=np.int64)
 
+    #: Factor by which the output arrays grow when a chunk does not fit.
+    GROWTH = 1.25
+
+    def _reserve(self, entries: int, slots: int) -> None:
+        """Grow the output arrays to hold ``entries`` entries and ``slots`` slots (at least)."""
+        if entries <= self.steps.size and slots <= self.columns.size:
+            return
+        entry_capacity = min(self.raw_entries, max(entries, int(self.steps.size * self.GROWTH)))
+        slot_capacity = min(self.raw_entries, max(slots, int(self.columns.size * self.GROWTH)))
+        added = ((entry_capacity - self.steps.size) * (self.steps.itemsize + self.weights.itemsize)
+                 + (slot_capacity - self.columns.size) * (self.columns.itemsize + self.slot_pointer.itemsize))
+        check_memory(f"graph random features of {self.starts.size} rows ({entries} entries so far)", added,
+                     "; use fewer walkers or start nodes, a larger p_halt, or a max_length")
+        # In place where the allocator can (realloc); the new tail is zero-filled.
+        entry_capacity, slot_capacity = max(entry_capacity, self.steps.size), max(slot_capacity, self.columns.size)
+        self.steps.resize(entry_capacity, refcheck=False)
+        self.weights.resize(entry_capacity, refcheck=False)
+        self.columns.resize(slot_capacity, refcheck=False)
+        self.slot_pointer.resize(slot_capacity + 1, refcheck=False)
+
     def gather(self, lo: int, hi: int, raw_indptr: np.ndarray, scratch: tuple[np.ndarray, ...],
                entry_counts: np.ndarray, distinct_counts: np.ndarray) -> None:
         entry_offsets = np.empty(hi - lo + 1, dtype=np.int64)
@@ -447,6 +586,7 @@ class _Assembler:
         slot_offsets[0] = self.slots_done
         np.cumsum(distinct_counts, out=slot_offsets[1:])
         slot_offsets[1:] += self.slots_done
+        self._reserve(int(entry_offsets[-1]), int(slot_offsets[-1]))
         compiled.gather_coalesced(raw_indptr, *scratch, entry_offsets, slot_offsets, self.steps,
                                  self.weights, self.columns, self.slot_pointer)
         self.row_pointer[lo + 1: hi + 1] = slot_offsets[1:]

@@ -59,17 +59,19 @@ from . import _walk_compiled as compiled
 
 __all__ = ["WalkSteps", "sample_walks", "sample_walk_lengths", "walk_with_lengths",
            "sample_walk_endpoints", "walk_endpoints_with_lengths", "validated_lengths",
-           "expected_walk_bytes", "LENGTH_BLOCK", "MAX_WALK_LENGTH"]
+           "expected_walk_bytes", "expected_walk_entries", "BYTES_PER_WALK_LENGTH", "LENGTH_BLOCK",
+           "MAX_WALK_LENGTH"]
 
 #: Walk lengths are drawn for blocks of this many consecutive node ids (see
 #: :func:`sample_walk_lengths`): a node's walks never depend on the other nodes sampled with it.
 LENGTH_BLOCK = 64
 #: Steps are stored as uint16; longer walks need an explicit ``max_length``.
 MAX_WALK_LENGTH = np.iinfo(np.uint16).max
-#: Bytes a sampled walk entry costs at the peak of a feature build (raw column, step and
-#: weight, plus the coalesced step, weight, column and slot pointer), and per length.
+#: Bytes a raw walk entry of :func:`sample_walks` costs (column, step and weight, and the copies
+#: that coalesce them into features).
 _BYTES_PER_ENTRY = 40
-_BYTES_PER_LENGTH = 16
+#: Bytes each walk's length costs (the drawn table and its validated copy, or the endpoints).
+BYTES_PER_WALK_LENGTH = 16
 
 
 @dataclass(frozen=True)
@@ -171,47 +173,36 @@ def _check_start_nodes(graph: Graph, start_nodes: Any) -> np.ndarray:
     return node_index_array(start_nodes, "start_nodes", graph.num_nodes, unique=True, allow_empty=True)
 
 
-def expected_walk_bytes(num_rows: int, num_walkers: int, p_halt: float,
-                        max_length: int | None = None) -> float:
-    r"""Expected peak memory of sampling ``num_rows x num_walkers`` walks, in bytes.
+def expected_walk_entries(num_rows: int, num_walkers: int, p_halt: float, max_length: int | None = None) -> float:
+    r"""Expected raw entries of ``num_rows x num_walkers`` walks: one per move and one per row for step 0.
 
     A walk makes :math:`\mathbb E[\min(l, L)] = \frac{1-p}{p}(1 - (1-p)^L)` moves on
-    average (:math:`L` = ``max_length``, infinite by default), each one entry, and every
-    row has one more entry for step 0.
+    average (:math:`L` = ``max_length``, infinite by default).
     """
     moves = (1.0 - p_halt) / p_halt
     if max_length is not None:
         moves *= -math.expm1(max_length * math.log1p(-p_halt))
-    entries = num_rows * (1.0 + num_walkers * moves)
-    return entries * _BYTES_PER_ENTRY + float(num_rows) * num_walkers * _BYTES_PER_LENGTH
+    return num_rows * (1.0 + num_walkers * moves)
 
 
-def walkers_within_memory(num_rows: int, p_halt: float, max_length: int | None = None,
-                          fraction: float = 0.5) -> int | None:
-    """The most walkers per node (even, at least 2) whose walks' :func:`expected_walk_bytes` fit in
-    ``fraction`` of the machine's physical memory; ``None`` where the memory is unknown.
+def expected_walk_bytes(num_rows: int, num_walkers: int, p_halt: float,
+                        max_length: int | None = None) -> float:
+    """Expected peak memory of :func:`sample_walks` for ``num_rows x num_walkers`` walks, in bytes.
 
-    :param num_rows: Start nodes the walks are sampled from.
-    :param p_halt: Termination probability.
-    :param max_length: Longest walk (``None``: unbounded).
-    :param fraction: Share of the physical memory the walks may take.
+    :func:`expected_walk_entries` raw entries and the table of lengths.
     """
-    available = physical_memory()
-    if available is None or num_rows <= 0:
-        return None
-    per_walker = expected_walk_bytes(num_rows, 1, p_halt, max_length) - expected_walk_bytes(num_rows, 0, p_halt,
-                                                                                             max_length)
-    walkers = (fraction * available - expected_walk_bytes(num_rows, 0, p_halt, max_length)) / per_walker
-    return max(2, 2 * int(walkers // 2))
+    return (expected_walk_entries(num_rows, num_walkers, p_halt, max_length) * _BYTES_PER_ENTRY
+            + float(num_rows) * num_walkers * BYTES_PER_WALK_LENGTH)
 
 
-def _check_walk_memory(num_rows: int, num_walkers: int, p_halt: float, max_length: int | None) -> None:
-    needed = expected_walk_bytes(num_rows, num_walkers, p_halt, max_length)
+def _check_walk_memory(num_rows: int, num_walkers: int, p_halt: float, max_length: int | None,
+                       needed: float, what: str) -> None:
+    """Refuse walks whose ``needed`` bytes (of ``what``) exceed this machine's physical memory."""
     available = physical_memory()
     if available is not None and needed > available:
         raise ValueError(
             f"sampling {num_walkers} walkers from each of {num_rows} nodes at p_halt={p_halt} "
-            f"(max_length={max_length}) needs about {needed / 2**30:.3g} GiB for the walk entries, "
+            f"(max_length={max_length}) needs about {needed / 2**30:.3g} GiB for the {what}, "
             f"more than this machine's {available / 2**30:.3g} GiB of memory; use fewer walkers or "
             "start nodes, a larger p_halt, or a max_length")
 
@@ -310,7 +301,10 @@ def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
             raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
         if not 0 <= max_length <= MAX_WALK_LENGTH:
             raise ValueError(f"max_length must lie in [0, {MAX_WALK_LENGTH}], got {max_length}")
-    _check_walk_memory(starts.size, num_walkers, p_halt, max_length)
+    # The lengths table is all that every consumer holds at once; the raw walk entries are
+    # checked by sample_walks, and feature builds coalesce them chunk by chunk.
+    _check_walk_memory(starts.size, num_walkers, p_halt, max_length,
+                       float(starts.size) * num_walkers * BYTES_PER_WALK_LENGTH, "walk lengths")
     instance = get_walk_length_coupling(coupling)
     lengths = np.empty((starts.size, num_walkers), dtype=np.int64)
     order = np.argsort(starts // LENGTH_BLOCK, kind="stable")
@@ -379,6 +373,8 @@ def sample_walks(graph: Graph, num_walkers: int, p_halt: float,
         graph, num_walkers, p_halt, coupling, max_length=max_length, seed=seed,
         start_nodes=start_nodes)
     # sample_walk_lengths checked p_halt and returned validated lengths and start nodes.
+    _check_walk_memory(starts.size, num_walkers, p_halt, max_length,
+                       float(starts.size + lengths.sum()) * _BYTES_PER_ENTRY, "walk entries")
     return _walk(graph, lengths, float(p_halt), walk_seed, starts, proposal, directions)
 
 

@@ -55,9 +55,8 @@ from ..couplings.directions import (
 )
 from ..couplings.proposals import NeighbourProposal, UniformProposal, get_proposal, proposal_from_dict
 from ..couplings.walk_lengths import SigmaCoupling, WalkLengthCoupling, coupling_from_dict, get_walk_length_coupling
-from ..features.graph_random_features import FEATURE_KEYS, GraphRandomFeatures, StepMatrix
+from ..features.graph_random_features import FEATURE_KEYS, GraphRandomFeatures, StepMatrix, walkers_within_memory
 from ..features.sigma_fit import fit_sigma_coupling
-from ..features.walks import walkers_within_memory
 from ..graphs import Graph
 from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
 from ..kernel_families import KernelFamily
@@ -242,8 +241,8 @@ class GRFKernel(GraphNodeKernel):
         :param tolerance: Largest acceptable estimated relative error.
         :param start: First walker count tried (even).
         :param max_walkers: Largest walker count returned (even); lower where the walks of the
-            kernel's rows would not fit in half the machine's memory
-            (:func:`~gp_couple.features.walks.walkers_within_memory`), with a
+            kernel's rows would not fit in half the machine's memory for training on them
+            (:func:`~gp_couple.features.graph_random_features.walkers_within_memory`), with a
             :class:`~gp_couple.kernels.walk_schedule.GramToleranceWarning` if that leaves the
             estimate above ``tolerance``.
         :param p_halt: Termination probability (default: the kernel's).
@@ -251,8 +250,8 @@ class GRFKernel(GraphNodeKernel):
         :param seed: Seed of the estimates.
         :return: ``(num_walkers, estimated_error)``.
         """
-        fitting = walkers_within_memory(self.features_start_nodes.numel(), self.p_halt if p_halt is None else p_halt,
-                                        self.max_length)
+        fitting = self._walkers_within_memory(self.p_halt if p_halt is None else p_halt,
+                                              self.coupling if coupling is None else coupling, int(max_walkers), seed)
         within_memory = int(max_walkers) if fitting is None else min(int(max_walkers), fitting)
         walkers = min(int(start), within_memory)
         error = self.estimate_gram_error(num_walkers=walkers, p_halt=p_halt, coupling=coupling, seed=seed)
@@ -267,6 +266,13 @@ class GRFKernel(GraphNodeKernel):
                           "(nodes=...), or use an exact kernel (MatrixFreeGraphKernel) at this range",
                           GramToleranceWarning, stacklevel=3)
         return walkers, error
+
+    def _walkers_within_memory(self, p_halt: float, coupling: str | WalkLengthCoupling, upto: int,
+                               seed: SeedLike) -> int | None:
+        """The most walkers (at most ``upto``) whose features this kernel's rows can train on in half the memory."""
+        return walkers_within_memory(self._graph, self.features_start_nodes.cpu().numpy(), p_halt, coupling, upto=upto,
+                                     max_length=self.max_length, proposal=self.proposal, directions=self.directions,
+                                     seed=seed)
 
     def halting_for_range(self, max_inflation: float = DEFAULT_MAX_INFLATION) -> float:
         """The termination probability the current hyperparameters need: at most ``p_halt``, within the budget.

@@ -20,6 +20,7 @@ from linear_operator.operators import LinearOperator
 from torch import Tensor
 
 from .._random import SeedLike
+from ..couplings.walk_lengths import WalkLengthCoupling
 from ..distributed import Collective
 from ..features.graph_random_features import GraphRandomFeatures
 from ..graphs import Graph
@@ -101,6 +102,13 @@ class ShardedGRFKernel(GRFKernel):
     def _gram_error_candidates(self) -> np.ndarray:
         # All training nodes, so that every process estimates the same error and makes the same choice.
         return self.train_nodes.cpu().numpy()
+
+    def _walkers_within_memory(self, p_halt: float, coupling: str | WalkLengthCoupling, upto: int,
+                               seed: SeedLike) -> int | None:
+        # The fewest any process can hold, so that every process makes the same choice.
+        local = super()._walkers_within_memory(p_halt, coupling, upto, seed)
+        counts = [upto if count is None else count for count in self.collective.all_gather_objects(local)]
+        return min(counts)
 
     def check_covered(self, index: Tensor, name: str = "nodes") -> None:
         """Accept the training nodes only (this process holds walks for its block of them).

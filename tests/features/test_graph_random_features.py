@@ -9,7 +9,7 @@ import torch
 from gp_couple.couplings import AntitheticWalkLengthCoupling
 from gp_couple.features import graph_random_features as features_module
 from gp_couple.features.graph_random_features import FEATURE_KEYS, GraphRandomFeatures, gram_estimate
-from gp_couple.features.walks import sample_walks
+from gp_couple.features.walks import BYTES_PER_WALK_LENGTH, expected_walk_entries, sample_walks
 from gp_couple.graphs import grid_graph
 from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
 from tests.test_graphs import two_components_and_isolated
@@ -209,3 +209,19 @@ def test_values_of_selected_slots_equal_the_full_values_and_their_gradients() ->
     dense.index_put_((slot_of_entry, features.steps.long()), features.weights, accumulate=True)
     torch.testing.assert_close(full.detach(), f.detach() @ dense.T, rtol=1e-13, atol=1e-15)
     torch.testing.assert_close(selected_grad, weights @ dense[slots], rtol=1e-13, atol=1e-15)
+
+
+def test_the_memory_estimate_follows_the_coalesced_features_not_the_raw_walk_steps() -> None:
+    graph = grid_graph(20, 20)
+    rows = np.arange(graph.num_nodes)
+    # Many walkers revisit the same (node, step) pairs: the features coalesce them.
+    features = GraphRandomFeatures.sample(graph, 512, 0.1, "antithetic", seed=3, start_nodes=rows,
+                                          directions="repelling")
+    estimate = features_module.expected_feature_bytes(graph, 512, 0.1, "antithetic", start_nodes=rows,
+                                                      directions="repelling", seed=4)
+    actual = (features.num_entries * features_module.TRAINING_BYTES_PER_ENTRY
+              + features.nnz * features_module.TRAINING_BYTES_PER_SLOT
+              + rows.size * 512 * BYTES_PER_WALK_LENGTH)
+    assert features.num_entries < expected_walk_entries(rows.size, 512, 0.1) / 3
+    # Two standard errors above the mean of 64 rows: above the actual size, by less than the rows' spread.
+    assert actual <= estimate <= 1.2 * actual

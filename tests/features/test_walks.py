@@ -237,7 +237,7 @@ class TestErrors:
 
     def test_walks_that_cannot_fit_in_memory_are_refused_before_sampling(self) -> None:
         # 9 rows x 10^12 walkers: lengths alone would need 72 TB; refused with the estimate.
-        with pytest.raises(ValueError, match=r"needs about .* GiB for the walk entries, more than"):
+        with pytest.raises(ValueError, match=r"needs about .* GiB for the walk lengths, more than"):
             sample_walks(self.graph, 10**12, 0.5)
         with pytest.raises(ValueError, match="GiB"):
             GraphRandomFeatures.sample(self.graph, 10**12, 0.5)
@@ -245,6 +245,23 @@ class TestErrors:
             sample_walk_endpoints(self.graph, 10**9, 1e-6)
         # max_length bounds the walks and so the estimate.
         assert expected_walk_bytes(9, 1000, 1e-6, max_length=10) < expected_walk_bytes(9, 1000, 1e-6)
+
+    def test_raw_walks_are_refused_by_their_entries_and_features_as_they_grow(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from gp_couple import _checks
+        from gp_couple.features import graph_random_features as features_module, walks
+
+        # Lengths of 9 x 1000 walkers fit in 1 MB; their ~9 x 10^6 raw entries (40 bytes each) do not.
+        monkeypatch.setattr(walks, "physical_memory", lambda: 10**6)
+        with pytest.raises(ValueError, match=r"GiB for the walk entries, more than"):
+            sample_walks(self.graph, 1000, 1e-3, seed=0)
+        # Features coalesce the entries chunk by chunk and grow their arrays as they go,
+        # checking each growth against the available memory.
+        monkeypatch.setattr(features_module._Assembler, "CHUNK_ENTRIES", 1000)
+        monkeypatch.setattr(_checks, "ALWAYS_FITS_BYTES", 0)
+        monkeypatch.setattr(_checks, "available_memory", lambda: 10**4)
+        with pytest.raises(ValueError, match="graph random features of 9 rows .* more than the"):
+            GraphRandomFeatures.sample(self.graph, 1000, 1e-3, seed=0)
 
     def test_endpoint_sampler_matches_walk_sampler_streams(self) -> None:
         endpoints = sample_walk_endpoints(self.graph, 4, 0.4, seed=12)

@@ -488,7 +488,7 @@ def test_bad_inputs_raise_clear_errors(x, error, message):
     ({"seed": -1}, ValueError, "seed"),
     ({"proposal": "greedy"}, ValueError, "unknown neighbour proposal 'greedy'"),
     ({"directions": "sideways"}, ValueError, "unknown direction coupling 'sideways'"),
-    ({"num_walkers": 10**12}, ValueError, "GiB for the walk entries"),
+    ({"num_walkers": 10**12}, ValueError, "GiB for the walk lengths"),
 ])
 def test_bad_constructor_arguments(kwargs, error, message):
     with pytest.raises(error, match=message):

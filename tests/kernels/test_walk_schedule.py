@@ -180,22 +180,32 @@ def test_walks_within_the_tolerance_do_not_warn():
 
 
 def test_walker_counts_stay_within_half_the_memory_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gp_couple.features import walks
+    from gp_couple.features import graph_random_features as features_module
 
-    kernel = GRFKernel(grid_graph(10, 10), kernel_family=Diffusion(2.0), num_walkers=4, p_halt=0.2, seed=0)
-    per_walker = walks.expected_walk_bytes(100, 1, 0.2) - walks.expected_walk_bytes(100, 0, 0.2)
-    # A machine whose half-memory holds the walks of 12 walkers from each of the 100 nodes.
-    memory = 2 * (walks.expected_walk_bytes(100, 0, 0.2) + 12.5 * per_walker)
-    monkeypatch.setattr(walks, "physical_memory", lambda: int(memory))
-    assert walks.walkers_within_memory(100, 0.2) == 12
+    graph = grid_graph(10, 10)
+    kernel = GRFKernel(graph, kernel_family=Diffusion(2.0), num_walkers=4, p_halt=0.2, seed=0)
+    rows = kernel.features_start_nodes.numpy()
+    options = {"proposal": kernel.proposal, "directions": kernel.directions, "seed": 0}
+
+    def training_bytes(walkers: int) -> float:
+        return features_module.expected_feature_bytes(graph, walkers, 0.2, kernel.coupling, start_nodes=rows,
+                                                      **options)
+
+    # A machine whose half-memory holds the features of 12 walkers from each of the 100 nodes.
+    memory = 2 * (training_bytes(12) + training_bytes(14)) / 2
+    monkeypatch.setattr(features_module, "physical_memory", lambda: int(memory))
+    cap = features_module.walkers_within_memory(graph, rows, 0.2, kernel.coupling, upto=4096, **options)
+    assert cap == 12 and training_bytes(12) <= memory / 2 < training_bytes(14)
     with pytest.warns(GramToleranceWarning, match="half this machine's memory"):
         walkers, error = kernel.walkers_for(1e-4, start=4, max_walkers=4096)
     assert walkers == 12 and error > 1e-4
     with warnings.catch_warnings():
         warnings.simplefilter("error", GramToleranceWarning)
         assert kernel.walkers_for(0.9, start=4, max_walkers=4096)[0] == 4  # met below the cap: silent
-    monkeypatch.setattr(walks, "physical_memory", lambda: None)  # unknown memory: no cap
-    assert walks.walkers_within_memory(100, 0.2) is None
+    monkeypatch.setattr(features_module, "physical_memory", lambda: None)  # unknown memory: no cap
+    assert features_module.walkers_within_memory(graph, rows, 0.2, upto=4096) is None
+
+
 
 
 def _long_range_draw(seed: int) -> tuple[object, np.ndarray, torch.Tensor]:
