@@ -29,6 +29,8 @@ block Krylov with a residual bound above). Methods, each in a fresh subprocess:
   to convergence (L-BFGS, its stopping rule) and predicted by
   :func:`gp_couple.models.predict` on the walks ``fit_gp`` leaves, all under
   ``grf_gp_settings()``;
+  ``--predict-tolerance`` and ``--max-predict-walkers`` change those two fields of its
+  schedule (the prediction walks' accuracy);
 * ``exact_at_defaults`` (diagnosis): the exact kernel at the ``defaults`` model's learnt
   hyperparameters (its training drift alone);
 * ``adam300`` (the schedule this replaced, for its wall time): 48 antithetic repelling
@@ -105,14 +107,18 @@ def _hyper(model: Any, likelihood: Any) -> dict[str, float]:
 
 def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: int,
                hyper: dict[str, float] | None, exact_starts: str = "both",
-               exact_variances: bool = True) -> dict[str, Any]:
-    """Train (or set) and predict with one method; return accuracy, hyperparameters and times."""
+               exact_variances: bool = True, schedule_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train (or set) and predict with one method; return accuracy, hyperparameters and times.
+
+    :param schedule_options: ``WalkSchedule`` fields that the ``defaults`` method changes
+        (``None``: the constructor's schedule).
+    """
     import warnings
 
     import gpytorch
     import torch
 
-    from gp_couple import Diffusion, GRFKernel, fit_gp, grf_gp_settings, predict
+    from gp_couple import Diffusion, GRFKernel, WalkSchedule, fit_gp, grf_gp_settings, predict
     from gp_couple.evaluation import nlpd, rmse
     from gp_couple.recipes import fit_grf_gp
 
@@ -131,7 +137,8 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
             _set(model, likelihood, hyper)
             base.resample_for_prediction(seed=seed)
         elif method == "defaults":
-            defaults = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed)
+            schedule = {} if schedule_options is None else {"schedule": WalkSchedule(**schedule_options)}
+            defaults = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed, **schedule)
             model, likelihood = _model(graph, train, observed, defaults)
             with grf_gp_settings():
                 history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
@@ -223,8 +230,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--exact-means-only", action="store_true",
                         help="the exact GP rows predict means only (test RMSE, no NLPD): exact variances at "
                              "10^4 training points of a 10^6-node graph take hours matrix-free")
+    parser.add_argument("--predict-tolerance", type=float, default=None,
+                        help="the defaults model's WalkSchedule.predict_tolerance (default: the schedule's)")
+    parser.add_argument("--max-predict-walkers", type=int, default=None,
+                        help="the defaults model's WalkSchedule.max_predict_walkers (default: the schedule's)")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
+    schedule_options = {name: value for name, value in (("predict_tolerance", args.predict_tolerance),
+                                                        ("max_predict_walkers", args.max_predict_walkers))
+                        if value is not None} or None
     saved = []
     for path in args.exact_from:
         with open(path) as source:
@@ -255,8 +269,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row = reused[-1]
             else:
                 row = run_in_subprocess(__file__, run_method, spec, method, args.iterations, args.seed,
-                                        args.dense_limit, hyper, args.exact_starts, not args.exact_means_only)
+                                        args.dense_limit, hyper, args.exact_starts, not args.exact_means_only,
+                                        schedule_options if method == "defaults" else None)
                 row.update(problem=spec, seed=args.seed, load=os.getloadavg()[0])
+                if method == "defaults" and schedule_options is not None:
+                    row.update(schedule_options=schedule_options)
             if "error" in row:
                 rows.append(row)
                 print(f"{spec} {method}: {row['error']}", file=sys.stderr, flush=True)
