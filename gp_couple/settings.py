@@ -278,9 +278,11 @@ def threads(num_threads: int | None) -> Iterator[int]:
     pool size ``NUMBA_NUM_THREADS``) and the BLAS/OpenMP pools of loaded libraries
     (OpenBLAS or MKL behind NumPy/SciPy, OpenMP; ``threadpoolctl.threadpool_limits``).
     All of them return to their previous values on exit, also when an exception
-    escapes; blocks nest. Results do not depend on the thread count (the walk sampler's
-    random streams are counter-based), only the speed does. torch's inter-op pool is
-    left alone: it can be sized only once per process.
+    escapes; blocks nest. The walks do not depend on the thread count (the sampler's
+    random streams are counter-based), and neither do streamed predictions' training sides
+    (factorised on one BLAS thread); threaded torch and LAPACK reductions may sum in
+    another order, so other results can differ in their last bits between thread counts.
+    torch's inter-op pool is left alone: it can be sized only once per process.
 
     :param num_threads: Threads allowed (>= 1); ``None`` changes nothing (the block
         runs with the current pools). More than :func:`available_cpus` is capped there

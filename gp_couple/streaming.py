@@ -57,6 +57,7 @@ import scipy.linalg
 import scipy.sparse as sp
 import torch
 from numba import njit, prange
+from threadpoolctl import threadpool_limits
 
 from ._checks import check_int
 from ._files import PathLike, atomic_write, check_output_file
@@ -245,15 +246,20 @@ class StreamedPredictor:
             unit = np.zeros((1, self._packed_size))
             unit[0, -1] = 1.0
             _pack_rows(unit, size, self._packed_size, self._half, packed)
-        factor, info = scipy.linalg.lapack.dpftrf(self._packed_size, packed, overwrite_a=True, **_RFP)
-        _lapack_info("pftrf", info)
-        padded = np.zeros((self._packed_size, 1))
-        padded[:size, 0] = residual
-        alpha, info = scipy.linalg.lapack.dpftrs(self._packed_size, factor, padded, overwrite_b=True, **_RFP)
-        _lapack_info("pftrs", info)
+        # One BLAS thread: threaded LAPACK factorises and inverts in blocks whose order depends on the
+        # thread count, so its last bits would follow the pools (which the commands size by the
+        # machine's load), and predictions would differ between runs with the same seed.
+        with threadpool_limits(limits=1, user_api="blas"):
+            factor, info = scipy.linalg.lapack.dpftrf(self._packed_size, packed, overwrite_a=True, **_RFP)
+            _lapack_info("pftrf", info)
+            padded = np.zeros((self._packed_size, 1))
+            padded[:size, 0] = residual
+            alpha, info = scipy.linalg.lapack.dpftrs(self._packed_size, factor, padded, overwrite_b=True, **_RFP)
+            _lapack_info("pftrs", info)
+            self.train_precision, info = scipy.linalg.lapack.dpftri(self._packed_size, factor, overwrite_a=True,
+                                                                     **_RFP)
+            _lapack_info("pftri", info)
         self.weights = self.outputscale * (self._train_columns @ alpha[:size, 0])
-        self.train_precision, info = scipy.linalg.lapack.dpftri(self._packed_size, factor, overwrite_a=True, **_RFP)
-        _lapack_info("pftri", info)
 
     @property
     def num_nodes(self) -> int:

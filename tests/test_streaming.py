@@ -226,3 +226,24 @@ def test_other_kernels_are_refused() -> None:
     model = GraphGP([0, 5], torch.zeros(2), likelihood, ExactGraphKernel(graph, Diffusion(1.0)))
     with pytest.raises(TypeError, match="needs a model whose covar_module is a GRFKernel"):
         StreamedPredictor(model, likelihood)
+
+
+def test_predictions_do_not_depend_on_the_thread_count() -> None:
+    """The same seed gives the same bits whatever the BLAS pools (which the commands size by the machine's load)."""
+    from gp_couple.settings import threads
+
+    graph = grid_graph(30, 30)
+    rng = np.random.default_rng(2)
+    # Enough observed nodes for threaded LAPACK to factorise in blocks (it sums in another order).
+    train = np.sort(rng.choice(graph.num_nodes, 500, replace=False))
+    targets = torch.as_tensor(np.cos(train / 60.0) + 0.1 * rng.normal(size=train.size))
+    kernel = GRFKernel(graph, kernel_family=Diffusion(1.5), num_walkers=8, seed=5).double()
+    likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
+    likelihood.noise = 0.01
+    model = GraphGP(train, targets, likelihood, gpytorch.kernels.ScaleKernel(kernel)).double()
+    results = []
+    for count in (1, 2):
+        with threads(count):
+            results.append(StreamedPredictor(model, likelihood).predict_all(chunk_size=300))
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one, two)

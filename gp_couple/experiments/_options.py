@@ -149,7 +149,8 @@ def add_threads_argument(parser: argparse.ArgumentParser, *, default: int | None
         # descheduled peers (benchmarks/bench_contention.py), so users sharing a machine should bound them.
         text = ("bound torch, numba and BLAS threads for this run, e.g. 1 on a busy machine "
                 "(default: 1 if other work keeps every CPU busy when the run starts, else the thread "
-                "pools as they are)")
+                "pools as they are); give it for results equal to the last bit between runs, since "
+                "threaded reductions sum in an order that follows the thread count")
     else:
         text = ("torch and BLAS threads for this run (default %(default)s: fastest for these small "
                 "matrices, especially on a busy machine)")
