@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .._checks import check_memory
+from .._checks import check_even_walkers, check_fraction, check_int, check_memory
 from .._random import SeedLike, draw_seed
 from ..couplings.directions import DirectionCoupling, get_direction_coupling
 from ..couplings.proposals import NeighbourProposal, get_proposal
@@ -418,10 +418,11 @@ def expected_feature_bytes(graph: Graph, num_walkers: int, p_halt: float,
     :param max_length: Longest walk (``None``: unbounded).
     :param proposal: Neighbour proposal.
     :param directions: Direction coupling.
-    :param pilot_rows: Rows sampled (all of them when there are fewer).
+    :param pilot_rows: Rows sampled, at least 1 (all of them when there are fewer).
     :param seed: Seed of the sample of rows and of their walks.
     :return: The estimate in bytes.
     """
+    pilot_rows = check_int("pilot_rows", pilot_rows)
     rows = int(np.asarray(start_nodes).size)
     if rows == 0:
         return 0.0
@@ -459,10 +460,14 @@ def walkers_within_memory(graph: Graph, start_nodes: np.ndarray, p_halt: float,
     :param max_length: Longest walk (``None``: unbounded).
     :param proposal: Neighbour proposal.
     :param directions: Direction coupling.
-    :param fraction: Share of the machine's physical memory the features may take.
+    :param fraction: Share of the machine's physical memory the features may take, in (0, 1).
     :param seed: Seed of the estimates.
     :return: The walker count (at least 2), or ``None`` where the memory is unknown.
+    :raises TypeError: If ``upto`` is not an int or ``fraction`` not a number.
+    :raises ValueError: If ``upto`` is odd or below 2, or ``fraction`` is not in (0, 1).
     """
+    upto = check_even_walkers("upto", upto)
+    fraction = check_fraction("fraction", fraction)
     available = physical_memory()
     rows = int(np.asarray(start_nodes).size)
     if available is None or rows == 0:
@@ -560,21 +565,27 @@ class _Assembler:
     GROWTH = 1.25
 
     def _reserve(self, entries: int, slots: int) -> None:
-        """Grow the output arrays to hold ``entries`` entries and ``slots`` slots (at least)."""
-        if entries <= self.steps.size and slots <= self.columns.size:
-            return
-        entry_capacity = min(self.raw_entries, max(entries, int(self.steps.size * self.GROWTH)))
-        slot_capacity = min(self.raw_entries, max(slots, int(self.columns.size * self.GROWTH)))
+        """Grow the entry arrays to hold ``entries`` entries and the slot arrays ``slots`` slots, where they do not."""
+        entry_capacity = self._grown(self.steps.size, entries)
+        slot_capacity = self._grown(self.columns.size, slots)
         added = ((entry_capacity - self.steps.size) * (self.steps.itemsize + self.weights.itemsize)
                  + (slot_capacity - self.columns.size) * (self.columns.itemsize + self.slot_pointer.itemsize))
+        if added == 0:
+            return
         check_memory(f"graph random features of {self.starts.size} rows ({entries} entries so far)", added,
                      "; use fewer walkers or start nodes, a larger p_halt, or a max_length")
         # In place where the allocator can (realloc); the new tail is zero-filled.
-        entry_capacity, slot_capacity = max(entry_capacity, self.steps.size), max(slot_capacity, self.columns.size)
         self.steps.resize(entry_capacity, refcheck=False)
         self.weights.resize(entry_capacity, refcheck=False)
         self.columns.resize(slot_capacity, refcheck=False)
         self.slot_pointer.resize(slot_capacity + 1, refcheck=False)
+
+    def _grown(self, capacity: int, needed: int) -> int:
+        """``capacity`` if it holds ``needed``, else grown by :attr:`GROWTH` (at least to ``needed``, at most
+        the raw entries)."""
+        if needed <= capacity:
+            return capacity
+        return min(self.raw_entries, max(needed, int(capacity * self.GROWTH)))
 
     def gather(self, lo: int, hi: int, raw_indptr: np.ndarray, scratch: tuple[np.ndarray, ...],
                entry_counts: np.ndarray, distinct_counts: np.ndarray) -> None:

@@ -225,3 +225,19 @@ def test_the_memory_estimate_follows_the_coalesced_features_not_the_raw_walk_ste
     assert features.num_entries < expected_walk_entries(rows.size, 512, 0.1) / 3
     # Two standard errors above the mean of 64 rows: above the actual size, by less than the rows' spread.
     assert actual <= estimate <= 1.2 * actual
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda graph, rows: features_module.walkers_within_memory(graph, rows, 0.2, upto=3), ValueError,
+     "upto must be even"),
+    (lambda graph, rows: features_module.walkers_within_memory(graph, rows, 0.2, upto=2.5), TypeError, "upto"),
+    (lambda graph, rows: features_module.walkers_within_memory(graph, rows, 0.2, upto=4, fraction=0), ValueError,
+     "fraction"),
+    (lambda graph, rows: features_module.expected_feature_bytes(graph, 4, 0.2, start_nodes=rows, pilot_rows=0),
+     ValueError, "pilot_rows"),
+    (lambda graph, rows: features_module.expected_feature_bytes(graph, 4, 1.5, start_nodes=rows), ValueError, "p_halt"),
+])
+def test_memory_estimates_refuse_bad_arguments(call, error, message) -> None:  # type: ignore[no-untyped-def]
+    graph = grid_graph(5, 5)
+    with pytest.raises(error, match=message):
+        call(graph, np.arange(graph.num_nodes))
