@@ -39,6 +39,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "kernels": ("GRFKernel", "ExactGraphKernel", "MatrixFreeGraphKernel", "CoupledRFFKernel",
                 "CoupledRLFKernel", "WalkSchedule", "fit_coupling"),
     "operators": ("GRFGramLinearOperator", "SparseFeatureLinearOperator"),
+    "marginal_likelihood": ("DenseMarginalLogLikelihood",),
     "models": ("GraphGP", "Prediction", "fit_gp", "predict"),
     "optimize": ("Convergence",),
     "variational": ("GraphVariationalGP",),

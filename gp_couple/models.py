@@ -33,7 +33,8 @@ from torch import Tensor
 
 from ._nodes import node_index_tensor
 from ._random import SeedLike, draw_seed, seeded_torch_rng
-from .kernels.graph_node import GraphNodeKernel
+from .kernels.graph_node import GraphNodeKernel, graph_kernels
+from .marginal_likelihood import DenseMarginalLogLikelihood
 from .optimize import Convergence, TrainingHistory, minimize
 from .predictive_variance import VarianceEstimate, check_variance_method, posterior_variance
 from .settings import flush_denormals
@@ -48,10 +49,6 @@ def _module_dtype(module: torch.nn.Module) -> torch.dtype:
         if tensor.is_floating_point():
             return tensor.dtype
     return torch.get_default_dtype()
-
-
-def _graph_kernels(module: torch.nn.Module) -> list[GraphNodeKernel]:
-    return [sub for sub in module.modules() if isinstance(sub, GraphNodeKernel)]
 
 
 def _as_array(value: Any, name: str) -> np.ndarray:
@@ -104,7 +101,7 @@ def _checked_modules(covar_module: Any, mean_module: Any) -> list[GraphNodeKerne
         raise TypeError(f"covar_module must be a gpytorch Kernel, got {type(covar_module).__name__}")
     if mean_module is not None and not isinstance(mean_module, Mean):
         raise TypeError(f"mean_module must be a gpytorch Mean, got {type(mean_module).__name__}")
-    return _graph_kernels(covar_module)
+    return graph_kernels(covar_module)
 
 
 def _node_inputs(nodes: Any, name: str, num_nodes: int | None, graph_kernels: list[GraphNodeKernel],
@@ -185,7 +182,7 @@ class GraphGP(gpytorch.models.ExactGP):
 
     def node_inputs(self, nodes: Any, name: str = "nodes") -> Tensor:
         """Validated GP inputs ``(n, 1)`` for node indices (e.g. test nodes), on the training inputs' device."""
-        return _node_inputs(nodes, name, self._num_nodes, _graph_kernels(self.covar_module),
+        return _node_inputs(nodes, name, self._num_nodes, graph_kernels(self.covar_module),
                             self.train_inputs[0].device)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -217,8 +214,10 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     Minimises :math:`-\log p(\mathbf y \mid \theta) / n` over all parameters of
     ``model`` (which include the likelihood's) with :func:`gp_couple.optimize.minimize`:
     Adam (the paper's optimiser) or L-BFGS on a deterministic objective (the same CG probe
-    vectors at every evaluation; Cholesky below gpytorch's ``max_cholesky_size``, see
-    :func:`gp_couple.settings.grf_gp_settings`). Train/eval modes are restored.
+    vectors at every evaluation; a dense Cholesky up to gpytorch's ``max_cholesky_size``
+    points, see :func:`gp_couple.settings.grf_gp_settings`, with the closed-form gradient of
+    :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`). Train/eval modes
+    are restored.
 
     Training runs in phases. After each, every graph kernel of the model may redraw its
     random walks for the hyperparameters learnt so far
@@ -259,10 +258,10 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable, got {type(callback).__name__}")
     base_seed = None if seed is None else draw_seed(seed)
-    kernels = _graph_kernels(model)
+    kernels = graph_kernels(model)
     was_training = model.training
     model.train()
-    mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+    mll = DenseMarginalLogLikelihood(likelihood, model)
     history = TrainingHistory()
 
     def counted(step: int, loss: float) -> bool | None:
@@ -413,7 +412,7 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
         train = model.train_inputs[0]
         inputs = node_index_tensor(nodes, "nodes", gpytorch_inputs=True,
                                    device=train.device).to(train.dtype).unsqueeze(-1)
-    for kernel in _graph_kernels(model):
+    for kernel in graph_kernels(model):
         kernel.check_estimator()
     was_training = model.training
     model.eval()

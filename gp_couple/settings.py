@@ -12,12 +12,16 @@ Every value is restored on exit, also when an exception escapes.
 Why these defaults (the numbers are in :class:`GRFGPSettings`; gpytorch's own
 defaults are given for comparison):
 
-* ``max_cholesky_size=500`` (gpytorch: 800). Above a few hundred points CG/Lanczos
-  on the sparse operator is much faster than densifying :math:`\Phi\Phi^\top` for a
-  Cholesky factorisation and its backward pass, and reaches the same optimum: one
-  Adam step of a GRF-GP took 0.016 s with CG against 0.085 s with Cholesky on 1216
-  training faces, and 0.059 s against 2.6 s on 3685 (2 cores; the final losses agreed
-  to 0.003). Tiny problems keep exact, deterministic Cholesky gradients.
+* ``max_cholesky_size=8192`` (gpytorch: 800). Up to this many training points the
+  marginal likelihood is evaluated exactly, through a dense Cholesky factor, and
+  :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood` (the objective of
+  :func:`~gp_couple.models.fit_gp`) takes its gradient in closed form, one matrix inverse
+  (unless the model's GRF kernel has so few feature entries that CG is cheaper:
+  :meth:`~gp_couple.kernels.grf_kernel.GRFKernel.dense_solves_pay`).
+  The exact objective also suits L-BFGS: on CG/Lanczos objectives, whose stochastic
+  log-determinant and gradient do not agree, its line searches spend several evaluations
+  per iteration near the optimum (``benchmarks/RESULTS.md``).
+  Above it, CG/Lanczos on the sparse operator: a dense factor costs :math:`n^3/3`.
 * ``num_trace_samples=32`` (gpytorch: 10): lower-variance log-determinant
   gradients on the CG path; each probe costs only two sparse products.
 * ``cg_tolerance=0.01`` (gpytorch: 1) and ``eval_cg_tolerance=0.001`` (gpytorch:
@@ -120,7 +124,7 @@ class GRFGPSettings:
         (:class:`preconditioner_pivot_reuse`).
     """
 
-    max_cholesky_size: int = 2048
+    max_cholesky_size: int = 8192
     cg_tolerance: float = 0.01
     eval_cg_tolerance: float = 0.001
     max_cg_iterations: int = 2000

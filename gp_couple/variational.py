@@ -59,7 +59,8 @@ from ._checks import is_int
 from ._nodes import node_index_array
 from ._random import SeedLike, as_numpy_generator, seeded_torch_rng
 from .graphs import Graph
-from .models import _checked_modules, _graph_kernels, _module_dtype, _node_inputs, check_targets
+from .kernels.graph_node import graph_kernels
+from .models import _checked_modules, _module_dtype, _node_inputs, check_targets
 from .optimize import check_schedule, minimize
 
 __all__ = ["GraphVariationalGP", "INDUCING_METHODS", "fit_variational_gp", "predict_variational",
@@ -210,7 +211,7 @@ class GraphVariationalGP(gpytorch.models.ApproximateGP):
 
     def node_inputs(self, nodes: Any, name: str = "nodes") -> Tensor:
         """Validated GP inputs ``(n, 1)`` for node indices (in the inducing inputs' dtype)."""
-        inputs = _node_inputs(nodes, name, self._graph.num_nodes, _graph_kernels(self.covar_module))
+        inputs = _node_inputs(nodes, name, self._graph.num_nodes, graph_kernels(self.covar_module))
         return inputs.to(self.variational_strategy.inducing_points.dtype)
 
     def forward(self, x: Tensor) -> MultivariateNormal:

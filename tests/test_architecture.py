@@ -34,8 +34,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("features", ("features.graph_random_features", "features.fourier", "features.sigma_fit", "features")),
     ("operators", ("operators.*", "exact")),
     ("kernels", ("kernels.*",)),
-    ("models", ("predictive_variance", "models", "variational", "recipes", "streaming", "sharded_gp",
-                "sparse_spectrum", "bayes.*")),
+    ("models", ("predictive_variance", "marginal_likelihood", "models", "variational", "recipes", "streaming",
+                "sharded_gp", "sparse_spectrum", "bayes.*")),
     ("evaluation", ("evaluation.*",)),
     ("experiments", ("experiments.*", "cli", "__main__")),
 ]

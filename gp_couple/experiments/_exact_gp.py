@@ -25,6 +25,7 @@ import torch
 from gpytorch.constraints import GreaterThan
 from gpytorch.utils.transforms import inv_softplus
 
+from ..marginal_likelihood import DenseMarginalLogLikelihood
 from ..optimize import Convergence, minimize
 from ._options import GP_LOSS_TOLERANCE, GP_OPTIMIZERS, GP_PARAMETER_TOLERANCE, GP_WINDOW
 from ._runtime import with_bounded_threads
@@ -105,8 +106,9 @@ def fit_gp_hyperparameters(inputs: np.ndarray, targets: np.ndarray, *, iteration
 
     Starts from gpytorch's raw values 0 (all three values :math:`\log 2`; amplitude and
     noise in units of the targets' mean square when it exceeds 1). The loss is the
-    negative marginal log-likelihood per point (:class:`gpytorch.mlls.ExactMarginalLogLikelihood`),
-    evaluated by a dense Cholesky factorisation, and minimised by
+    negative marginal log-likelihood per point
+    (:class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`), evaluated by a dense
+    Cholesky factorisation, and minimised by
     :func:`gp_couple.optimize.minimize` until ``convergence`` holds:
 
     * ``"lbfgs"`` (default): SciPy's L-BFGS-B on gpytorch's raw parameters (boxed, so
@@ -132,7 +134,7 @@ def fit_gp_hyperparameters(inputs: np.ndarray, targets: np.ndarray, *, iteration
     if lengthscale is not None:
         model.covar_module.base_kernel.lengthscale = float(lengthscale)
         model.covar_module.base_kernel.raw_lengthscale.requires_grad_(False)
-    mll = gpytorch.mlls.ExactMarginalLogLikelihood(model.likelihood, model)
+    mll = DenseMarginalLogLikelihood(model.likelihood, model)
     model.train()
 
     # N <= a few hundred: a dense Cholesky is exact and cheaper than CG (and makes the

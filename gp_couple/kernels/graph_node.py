@@ -35,7 +35,7 @@ from ..kernel_families import Diffusion, KernelFamily
 from ._inputs import InputCache
 from ._state import check_state_tensors
 
-__all__ = ["GraphNodeKernel", "check_node_tensor_form"]
+__all__ = ["GraphNodeKernel", "check_node_tensor_form", "graph_kernels"]
 
 _EXTRA_STATE_VERSION = 1
 
@@ -156,6 +156,20 @@ class GraphNodeKernel(Kernel):
         Called by :func:`gp_couple.models.fit_gp` after training and by
         :func:`gp_couple.models.predict`; randomised kernels override it.
         """
+
+    def dense_solves_pay(self, nodes: Tensor) -> bool:
+        """Whether a dense Cholesky factor of the training covariance on ``nodes`` costs less than CG/Lanczos.
+
+        :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood` asks every graph
+        kernel of a model before it factorises a training set of at most gpytorch's
+        ``max_cholesky_size`` points, and solves by CG/Lanczos if one says no. Exact kernels
+        say yes: their covariances are dense matrices, or (matrix-free) products as costly
+        per column as the factor's. GRF kernels compare the factor with their sparse
+        features (:meth:`gp_couple.kernels.grf_kernel.GRFKernel.dense_solves_pay`).
+
+        :param nodes: The training inputs, as the model holds them.
+        """
+        return True
 
     def refine_walks(self, phase: int) -> bool:
         """Redraw the kernel's random draws if the current hyperparameters need better ones (exact kernels: never).
@@ -348,3 +362,8 @@ class GraphNodeKernel(Kernel):
 
     def _after_load(self, prefix: str, error_msgs: list) -> None:
         """Hook: rebuild derived state after loading."""
+
+
+def graph_kernels(module: torch.nn.Module) -> list[GraphNodeKernel]:
+    """Every graph kernel inside ``module`` (a model, a covariance module), in module order."""
+    return [sub for sub in module.modules() if isinstance(sub, GraphNodeKernel)]

@@ -75,12 +75,15 @@ from .walk_schedule import (
     warn_if_short,
 )
 
-__all__ = ["GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT", "TRAIN_WALKERS"]
+__all__ = ["DENSE_SOLVE_WORK", "GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT", "TRAIN_WALKERS"]
 
 _LOG = logging.getLogger(__name__)
 
 #: Walkers per node of the training configuration (the constructor's default).
 TRAIN_WALKERS = 48
+#: Operations of a dense Cholesky factor worth as much as one stored feature entry in a
+#: CG/Lanczos evaluation of the marginal likelihood (:meth:`GRFKernel.dense_solves_pay`).
+DENSE_SOLVE_WORK = 150_000
 #: Termination probability of the training configuration (the constructor's default).
 TRAIN_P_HALT = 0.1
 #: Walkers per node :meth:`GRFKernel.resample_for_prediction` starts from when it chooses the count.
@@ -179,6 +182,29 @@ class GRFKernel(GraphNodeKernel):
         """
         if not self._halting_warned:
             self._halting_warned = warn_if_inflated(self.kernel_family, self.p_halt, "GRFKernel")
+
+    def dense_solves_pay(self, nodes: Tensor) -> bool:
+        r"""Whether a dense Cholesky factor of the training covariance on ``nodes`` costs less than CG/Lanczos.
+
+        A factor of :math:`n` points costs about :math:`n^3` operations, whatever the walks;
+        an evaluation by CG/Lanczos costs a few hundred products with the training features
+        :math:`\Phi` (CG iterations times probe vectors), each proportional to their
+        stored entries :math:`\mathrm{nnz}(\Phi)`. So the factor pays when
+
+        .. math::
+
+            n^3 \le c \, \mathrm{nnz}(\Phi),
+
+        with :math:`c` = :data:`DENSE_SOLVE_WORK`, measured on one CPU core at converged
+        hyperparameters and counting the L-BFGS line-search evaluations that the exact
+        objective saves (``benchmarks/RESULTS.md``). The kernel's first walks (few walkers)
+        train by CG on large training sets; the walks of later phases and the prediction
+        walks, by the factor.
+
+        :param nodes: The training inputs, as the model holds them.
+        """
+        pattern = self._selection(self.node_indices(nodes), "x")[0]
+        return pattern.num_rows ** 3 <= DENSE_SOLVE_WORK * pattern.nnz
 
     def estimate_gram_error(self, *, num_walkers: int | None = None, p_halt: float | None = None,
                             coupling: str | WalkLengthCoupling | None = None, rows: int = GRAM_ERROR_ROWS,
@@ -341,7 +367,8 @@ class GRFKernel(GraphNodeKernel):
         ``schedule.train_tolerance`` (at most ``schedule.max_train_walkers``). The walks are
         redrawn (seed :attr:`seed` plus one, the same coupling and directions; a
         :math:`\sigma`-coupling, fitted for another termination probability, gives way to
-        antithetic lengths) only if the count grows or the termination probability falls
+        antithetic lengths) only if the count grows by at least a quarter
+        (:data:`~gp_couple.kernels.walk_schedule.WALKER_STEP`) or the termination probability falls
         below four fifths of the current one.
 
         :param phase: The training phase about to start (1 for the first redraw).

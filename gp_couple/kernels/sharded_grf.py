@@ -26,7 +26,7 @@ from ..features.graph_random_features import GraphRandomFeatures
 from ..graphs import Graph
 from ..operators.sharded_gram import ShardedGramLinearOperator, SharedColumns
 from ..sparse_pattern import CSRPattern
-from .grf_kernel import GRFKernel
+from .grf_kernel import DENSE_SOLVE_WORK, GRFKernel
 
 __all__ = ["ShardedGRFKernel"]
 
@@ -109,6 +109,18 @@ class ShardedGRFKernel(GRFKernel):
         local = super()._walkers_within_memory(p_halt, coupling, upto, seed)
         counts = [upto if count is None else count for count in self.collective.all_gather_objects(local)]
         return min(counts)
+
+    def dense_solves_pay(self, nodes: Tensor) -> bool:
+        """:meth:`GRFKernel.dense_solves_pay`'s rule on every process's features together.
+
+        The sum of the stored entries over processes decides, so that every process makes
+        the same choice.
+        """
+        self.check_covered(self.node_indices(nodes))
+        local = torch.tensor(float(self.features_columns.numel()), dtype=torch.float64,
+                             device=self.features_columns.device)
+        entries = float(self.collective.all_reduce(local))
+        return self.train_nodes.numel() ** 3 <= DENSE_SOLVE_WORK * entries
 
     def check_covered(self, index: Tensor, name: str = "nodes") -> None:
         """Accept the training nodes only (this process holds walks for its block of them).

@@ -15,9 +15,9 @@ carries a schedule (its constructor's default), and :func:`gp_couple.models.fit_
    count until the estimated relative Gram error at the learnt hyperparameters
    (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.estimate_gram_error`, two independent
    draws) is within :attr:`WalkSchedule.train_tolerance`, redraws the walks and trains to
-   convergence again from where it stopped, until the walks no longer change (no more
-   walkers, and no termination probability lower by a fifth) or :attr:`WalkSchedule.phases`
-   phases have run;
+   convergence again from where it stopped, until the walks no longer change (fewer than a
+   quarter more walkers, and no termination probability lower by a fifth: smaller changes
+   cost a phase and move little) or :attr:`WalkSchedule.phases` phases have run;
 3. fits a :math:`\sigma`-coupling (paper, definition of coupled GRFs) for the learnt kernel
    and redraws as many prediction walkers as a relative Gram error of
    :attr:`WalkSchedule.predict_tolerance` needs
@@ -54,7 +54,7 @@ import numpy as np
 from .._checks import check_even_walkers, check_fraction, check_int
 
 __all__ = ["DEFAULT_SCHEDULE", "GramToleranceWarning", "MAX_PHASES", "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS",
-           "PREDICT_GRAM_TOLERANCE", "REFITS", "REFIT_TOLERANCE", "TRAIN_GRAM_TOLERANCE", "WalkSchedule",
+           "PREDICT_GRAM_TOLERANCE", "REFITS", "REFIT_TOLERANCE", "TRAIN_GRAM_TOLERANCE", "WALKER_STEP", "WalkSchedule",
            "hyperparameter_change", "warn_if_short"]
 
 #: Estimated relative Gram error the training walks aim for.
@@ -71,6 +71,9 @@ MAX_PREDICT_WALKERS = 4096
 SIGMA_FIT_SAMPLES = 100
 #: The walks are redrawn for a lower termination probability only below this fraction of the current one.
 P_HALT_STEP = 0.8
+#: The walks are redrawn for more walkers only from this multiple of the current count (the
+#: Gram error falls like the inverse square root of the count: a tenth lower at 1.25x).
+WALKER_STEP = 1.25
 #: Most training rounds on the prediction walks.
 REFITS = 2
 #: Relative change of a kernel-family hyperparameter that makes a training round on the prediction walks redraw them.
@@ -208,7 +211,7 @@ class WalkSchedule:
         :param p_halt: Proposed termination probability.
         :param current_p_halt: The kernel's termination probability.
         """
-        return walkers > current_walkers or p_halt <= P_HALT_STEP * current_p_halt
+        return walkers >= WALKER_STEP * current_walkers or p_halt <= P_HALT_STEP * current_p_halt
 
 
 #: The schedule a :class:`~gp_couple.kernels.grf_kernel.GRFKernel` gets by default (the recommended GRF-GP).

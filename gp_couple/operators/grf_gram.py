@@ -17,11 +17,13 @@ as a pivoted-Cholesky row, the small block of those), row/column selection selec
 feature rows, and when
 :math:`A = B` the features themselves are an exact root decomposition
 :math:`\widehat{\mathbf K} = \Phi\Phi^\top`. Only an explicit :meth:`to_dense` (which
-Cholesky-based inference asks for) builds the dense matrix, block by block.
+Cholesky-based inference asks for) builds the dense matrix, by a compiled sparse loop or
+block by block.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -34,6 +36,7 @@ from torch import Tensor
 
 from ..settings import preconditioner_pivot_reuse
 from ..sparse_pattern import CSRPattern, segment_sum
+from ._symmetric_gram_compiled import symmetric_gram, symmetric_gram_gradient
 from .preconditioner import PivotMemo, nystrom_factor
 from .sparse_feature_operator import SparseFeatureLinearOperator
 from .sparse_products import sampled_dots, sparse_matmul, spmm
@@ -42,6 +45,10 @@ __all__ = ["GRFGramLinearOperator"]
 
 #: Numbers in one densified block of feature rows in :func:`_dense_product` (bounds its memory).
 _DENSE_CHUNK_ENTRIES = 1 << 23
+#: How many more multiply-adds a dense matrix product may do than the compiled sparse loop
+#: of :class:`_CompiledSymmetricGram` for the same :math:`\Phi\Phi^\top` and still be
+#: faster (vectorised BLAS against scattered scalar updates).
+_DENSE_PRODUCT_ADVANTAGE = 16
 #: Numbers in the densified feature rows of :func:`_gram_columns` (room for the 15
 #: pivots of gpytorch's preconditioner on ~5 * 10^5 touched nodes).
 _DENSE_COLUMN_ENTRIES = 1 << 23
@@ -95,20 +102,68 @@ class _SymmetricGram(torch.autograd.Function):
         return (grad + grad.mT) @ dense
 
 
+class _CompiledSymmetricGram(torch.autograd.Function):
+    r""":math:`\Phi\Phi^\top` of sparse CPU features by the compiled loops of
+    :mod:`._symmetric_gram_compiled`, :math:`\sum_c n_c^2` multiply-adds for column counts
+    :math:`n_c`; the values' gradient is :math:`(\mathbf G + \mathbf G^\top)\Phi` at the
+    stored entries, by the same loop."""
+
+    @staticmethod
+    def forward(ctx: Any, values: Tensor, pattern: CSRPattern) -> Tensor:
+        ctx.pattern = pattern
+        ctx.save_for_backward(values)
+        transposed, permutation = pattern.transpose()
+        batch = values.shape[:-1]
+        out = values.new_zeros(*batch, pattern.num_rows, pattern.num_rows)
+        for index in itertools.product(*(range(size) for size in batch)):
+            row_values = values[index].detach().contiguous()
+            symmetric_gram(pattern.row_pointer.numpy(), pattern.columns.numpy(), row_values.numpy(),
+                           transposed.row_pointer.numpy(), transposed.columns.numpy(),
+                           row_values[permutation].numpy(), out[index].numpy())
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        (values,) = ctx.saved_tensors
+        pattern = ctx.pattern
+        transposed, permutation = pattern.transpose()
+        weights = grad + grad.mT
+        out = values.new_empty(values.shape)
+        for index in itertools.product(*(range(size) for size in values.shape[:-1])):
+            symmetric_gram_gradient(pattern.row_pointer.numpy(), pattern.columns.numpy(),
+                                    transposed.row_pointer.numpy(), transposed.columns.numpy(),
+                                    values[index].detach()[permutation].numpy(),
+                                    weights[index].contiguous().numpy(), out[index].numpy())
+        return out, None
+
+
+def _column_product_work(pattern: CSRPattern) -> int:
+    r""":math:`\sum_c n_c^2`, the multiply-adds of the compiled :math:`\Phi\Phi^\top`."""
+    counts = torch.bincount(pattern.columns, minlength=pattern.num_columns)
+    return int((counts * counts).sum())
+
+
 def _dense_product(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOperator) -> Tensor:
     r"""Dense :math:`\Phi_A\Phi_B^\top` without densifying either feature matrix over all nodes.
 
+    A symmetric product of CPU features (the training Gram, whose Cholesky factor follows)
+    is summed column by column by a compiled loop (:class:`_CompiledSymmetricGram`),
+    unless the features are dense enough for one dense matrix product to be faster.
     When both sides fit densely over the graph nodes their features visit (at most
     :data:`_DENSE_CHUNK_ENTRIES` numbers), they are densified there and multiplied by one
-    dense matrix product (the training Gram of a few thousand nodes, whose Cholesky
-    factor follows). Otherwise the side with fewer rows is densified block by block over
+    dense matrix product. Otherwise the side with fewer rows is densified block by block over
     only the nodes its features visit (a block holds at most about
     :data:`_DENSE_CHUNK_ENTRIES` numbers, whatever :math:`N`), and the other side is
     multiplied into it as a sparse matrix restricted to those nodes.
     """
     left_compact, right_compact, union = left.pattern.joint_compact(right.pattern)
     symmetric = left is right
-    if (left.size(-2) + (0 if symmetric else right.size(-2))) * union.numel() <= _DENSE_CHUNK_ENTRIES:
+    fits = (left.size(-2) + (0 if symmetric else right.size(-2))) * union.numel() <= _DENSE_CHUNK_ENTRIES
+    if symmetric and left.values.device.type == "cpu" and not (
+            fits and left.size(-2) ** 2 * union.numel()
+            <= _DENSE_PRODUCT_ADVANTAGE * _column_product_work(left.pattern)):
+        return _CompiledSymmetricGram.apply(left.values, left.pattern)
+    if fits:
         dense_left = _densified(left.values, left_compact)
         if symmetric:
             return _SymmetricGram.apply(dense_left)

@@ -241,3 +241,13 @@ def test_training_on_the_prediction_walks_learns_a_long_range_the_coarse_walks_m
                                  / exact)) for refits, schedule in schedules.items()}
     assert gaps[0] > 0.2                   # the drift this guards against
     assert gaps[2] < 0.5 * gaps[0]
+
+
+def test_a_phase_redraws_only_for_a_quarter_more_walkers_or_a_fifth_lower_p_halt():
+    schedule = WalkSchedule()
+    # A few more walkers, or a slightly lower p_halt, would cost a phase and move little.
+    assert not schedule.needs_redraw(1024, 958, 0.1, 0.1)
+    assert not schedule.needs_redraw(958, 958, 0.085, 0.1)
+    assert schedule.needs_redraw(1198, 958, 0.1, 0.1)
+    assert schedule.needs_redraw(958, 958, 0.08, 0.1)
+    assert schedule.needs_redraw(48, 48, 0.05, 0.1)

@@ -65,6 +65,36 @@ class TestBatchCompactCrossGRFGramLinearOperator(CrossGramOperatorMixin, Rectang
     batch_shape = torch.Size([2])
 
 
+class _CompiledDenseProduct:
+    """Every symmetric ``to_dense`` by the compiled sparse loop, however dense the features."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self._advantage = grf_gram._DENSE_PRODUCT_ADVANTAGE
+        grf_gram._DENSE_PRODUCT_ADVANTAGE = 0
+
+    def tearDown(self) -> None:
+        grf_gram._DENSE_PRODUCT_ADVANTAGE = self._advantage
+        super().tearDown()
+
+
+class TestCompiledGRFGramLinearOperator(_CompiledDenseProduct, GRFGramOperatorMixin, LinearOperatorTestCase,
+                                        unittest.TestCase):
+    pass
+
+
+class TestBatchCompiledGRFGramLinearOperator(_CompiledDenseProduct, GRFGramOperatorMixin, LinearOperatorTestCase,
+                                             unittest.TestCase):
+    batch_shape = torch.Size([2, 3])
+
+
+class TestBatchCompactCompiledGRFGramLinearOperator(_CompiledDenseProduct, GRFGramOperatorMixin,
+                                                    LinearOperatorTestCase, unittest.TestCase):
+    num_columns = 14
+    untouched = 6
+    batch_shape = torch.Size([3])
+
+
 # ------------------------------------------------------------------ our own checks
 def _features(rows, columns, seed, batch_shape=torch.Size(), dtype=torch.float64):
     pattern = random_pattern(rows, columns, density=0.3, seed=seed)
@@ -78,6 +108,46 @@ def test_chunked_to_dense_matches_reference(monkeypatch):
     torch.testing.assert_close(gram.to_dense(), gram_reference(gram))
     symmetric = GRFGramLinearOperator(_features(9, 40, 3))
     torch.testing.assert_close(symmetric.to_dense(), gram_reference(symmetric))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("batch_shape", [torch.Size(), torch.Size([3])])
+def test_the_compiled_gram_and_its_gradient_are_the_dense_product(monkeypatch, batch_shape, dtype):
+    calls = []
+    compiled = grf_gram._CompiledSymmetricGram.apply
+    monkeypatch.setattr(grf_gram._CompiledSymmetricGram, "apply", lambda *args: calls.append(1) or compiled(*args))
+    monkeypatch.setattr(grf_gram, "_DENSE_PRODUCT_ADVANTAGE", 0)
+    features = _features(11, 30, 5, batch_shape, dtype)
+    values = features.values.detach().requires_grad_(True)
+    dense = torch.zeros(*batch_shape, 11, 30, dtype=dtype)
+    dense[..., features.pattern.row_indices, features.pattern.columns] = values.detach()
+    dense.requires_grad_(True)
+    weights = torch.randn(*batch_shape, 11, 11, generator=torch.Generator().manual_seed(6), dtype=dtype)
+    gram = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=features.pattern)).to_dense()
+    assert calls, "the compiled loop was not used"
+    expected = dense @ dense.mT
+    torch.testing.assert_close(gram, expected)
+    (gram * weights).sum().backward()
+    (expected * weights).sum().backward()
+    torch.testing.assert_close(values.grad, dense.grad[..., features.pattern.row_indices, features.pattern.columns])
+
+
+def test_sparse_features_take_the_compiled_loop_and_dense_ones_a_matrix_product(monkeypatch):
+    calls = []
+    compiled = grf_gram._CompiledSymmetricGram.apply
+    monkeypatch.setattr(grf_gram._CompiledSymmetricGram, "apply", lambda *args: calls.append(1) or compiled(*args))
+    # Ten nonzeros per row of 2,000 nodes: about 2,000 x 100 multiply-adds for the loop,
+    # 100^2 x 2,000 for a product of the densified rows.
+    rows, columns = 100, 2000
+    pattern_columns = torch.stack([torch.randperm(columns, generator=torch.Generator().manual_seed(row))[:10].sort()
+                                   .values for row in range(rows)]).reshape(-1)
+    pattern = grf_gram.CSRPattern(torch.arange(0, rows * 10 + 1, 10), pattern_columns, columns)
+    sparse = SparseFeatureLinearOperator(torch.rand(rows * 10, dtype=torch.float64), pattern=pattern)
+    torch.testing.assert_close(GRFGramLinearOperator(sparse).to_dense(), gram_reference(GRFGramLinearOperator(sparse)))
+    assert calls == [1]
+    dense = _features(30, 12, 7)
+    torch.testing.assert_close(GRFGramLinearOperator(dense).to_dense(), gram_reference(GRFGramLinearOperator(dense)))
+    assert calls == [1]
 
 
 def test_entries_diagonal_and_selection_without_densifying(monkeypatch):
