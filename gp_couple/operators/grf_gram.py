@@ -49,6 +49,8 @@ _DENSE_CHUNK_ENTRIES = 1 << 23
 #: of :class:`_CompiledSymmetricGram` for the same :math:`\Phi\Phi^\top` and still be
 #: faster (vectorised BLAS against scattered scalar updates).
 _DENSE_PRODUCT_ADVANTAGE = 16
+#: Value dtypes the compiled loops of :class:`_CompiledSymmetricGram` take.
+_COMPILED_DTYPES = (torch.float32, torch.float64)
 #: Numbers in the densified feature rows of :func:`_gram_columns` (room for the 15
 #: pivots of gpytorch's preconditioner on ~5 * 10^5 touched nodes).
 _DENSE_COLUMN_ENTRIES = 1 << 23
@@ -159,7 +161,7 @@ def _dense_product(left: SparseFeatureLinearOperator, right: SparseFeatureLinear
     left_compact, right_compact, union = left.pattern.joint_compact(right.pattern)
     symmetric = left is right
     fits = (left.size(-2) + (0 if symmetric else right.size(-2))) * union.numel() <= _DENSE_CHUNK_ENTRIES
-    if symmetric and left.values.device.type == "cpu" and not (
+    if symmetric and left.values.device.type == "cpu" and left.values.dtype in _COMPILED_DTYPES and not (
             fits and left.size(-2) ** 2 * union.numel()
             <= _DENSE_PRODUCT_ADVANTAGE * _column_product_work(left.pattern)):
         return _CompiledSymmetricGram.apply(left.values, left.pattern)
