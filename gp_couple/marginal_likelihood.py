@@ -38,6 +38,7 @@ from typing import Any
 import gpytorch
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
+from linear_operator.operators import LinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
@@ -86,8 +87,10 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
     (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.dense_solves_pay`: GRF kernels
     with few walkers per node on thousands of training points).
     Values and gradients equal gpytorch's to rounding. Larger training sets, masked
-    observations (gpytorch's ``observation_nan_policy``) and multitask outputs take
-    gpytorch's own path. Use it as gpytorch's::
+    observations (gpytorch's ``observation_nan_policy``), multitask outputs and
+    covariances with a solver of their own (low rank plus diagonal, as for random-feature
+    kernels, by the Woodbury identity; Kronecker structure) take gpytorch's own path.
+    Use it as gpytorch's::
 
         mll = DenseMarginalLogLikelihood(likelihood, model)
         loss = -mll(model(*model.train_inputs), model.train_targets)
@@ -106,13 +109,18 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
             with gpytorch.settings.max_cholesky_size(num_data - 1):
                 return super().forward(function_dist, target, *params, **kwargs)
         output = self.likelihood(function_dist, *params, **kwargs)
-        covariance = output.lazy_covariance_matrix.evaluate_kernel().to_dense()
-        residual = target - output.mean
-        batch = torch.broadcast_shapes(covariance.shape[:-2], residual.shape[:-1])
-        covariance = covariance.expand(*batch, *covariance.shape[-2:])
-        residual = residual.expand(*batch, residual.shape[-1])
-        quadratic, logdet = _GaussianQuadraticAndLogdet.apply(covariance, residual)
-        result = -0.5 * (quadratic + logdet + num_data * math.log(2 * math.pi))
+        operator = output.lazy_covariance_matrix.evaluate_kernel()
+        if type(operator).inv_quad_logdet is not LinearOperator.inv_quad_logdet:
+            # A solver of its own (low rank plus diagonal, Kronecker, ...): gpytorch's log density.
+            result = output.log_prob(target)
+        else:
+            covariance = operator.to_dense()
+            residual = target - output.mean
+            batch = torch.broadcast_shapes(covariance.shape[:-2], residual.shape[:-1])
+            covariance = covariance.expand(*batch, *covariance.shape[-2:])
+            residual = residual.expand(*batch, residual.shape[-1])
+            quadratic, logdet = _GaussianQuadraticAndLogdet.apply(covariance, residual)
+            result = -0.5 * (quadratic + logdet + num_data * math.log(2 * math.pi))
         result = self._add_other_terms(result, params)
         return result.div_(num_data)
 

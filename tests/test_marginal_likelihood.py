@@ -8,11 +8,12 @@ import gpytorch
 import numpy as np
 import pytest
 import torch
+from linear_operator.operators import LowRankRootAddedDiagLinearOperator
 
 from gp_couple._random import seeded_torch_rng
 from gp_couple.graphs import grid_graph
 from gp_couple.kernel_families import Diffusion
-from gp_couple.kernels import ExactGraphKernel, GRFKernel
+from gp_couple.kernels import CoupledRFFKernel, ExactGraphKernel, GRFKernel
 from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood
 from gp_couple.models import GraphGP
 
@@ -112,3 +113,32 @@ def test_grf_kernels_factorise_dense_features_and_leave_sparse_ones_on_many_poin
     assert dense.dense_solves_pay(train)
     assert sparse.dense_solves_pay(train[:200])
     assert ExactGraphKernel(GRAPH).dense_solves_pay(torch.as_tensor(TRAIN, dtype=torch.float64).unsqueeze(-1))
+
+
+class _EuclideanGP(gpytorch.models.ExactGP):
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, likelihood: gpytorch.likelihoods.GaussianLikelihood) -> None:
+        super().__init__(x, y, likelihood)
+        self.mean_module = gpytorch.means.ZeroMean()
+        self.covar_module = gpytorch.kernels.ScaleKernel(CoupledRFFKernel(num_features=8, num_dims=2, seed=0))
+
+    def forward(self, x: torch.Tensor) -> gpytorch.distributions.MultivariateNormal:
+        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+
+def test_a_low_rank_covariance_keeps_its_woodbury_solver(monkeypatch):
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(300, 2, generator=generator, dtype=torch.float64)
+    model = _EuclideanGP(x, torch.sin(x.sum(-1)), gpytorch.likelihoods.GaussianLikelihood()).double()
+    model.train()
+    expected, expected_gradients = _loss_and_gradients(model, gpytorch.mlls.ExactMarginalLogLikelihood)
+
+    def forbidden(self):
+        raise AssertionError("a low-rank covariance was made dense")
+
+    monkeypatch.setattr(LowRankRootAddedDiagLinearOperator, "to_dense", forbidden)
+    with gpytorch.settings.max_cholesky_size(10_000):
+        loss, gradients = _loss_and_gradients(model, DenseMarginalLogLikelihood)
+    torch.testing.assert_close(loss, expected, rtol=0, atol=0)
+    assert len(gradients) == len(expected_gradients) > 0
+    for gradient, expected_gradient in zip(gradients, expected_gradients):
+        torch.testing.assert_close(gradient, expected_gradient, rtol=0, atol=0)
