@@ -100,11 +100,11 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
     """
 
     def forward(self, function_dist: MultivariateNormal, target: Tensor, *params: Any, **kwargs: Any) -> Tensor:
-        num_data = function_dist.event_shape.numel()
         if (not isinstance(function_dist, MultivariateNormal) or isinstance(function_dist, MultitaskMultivariateNormal)
-                or num_data > gpytorch.settings.max_cholesky_size.value()
+                or function_dist.event_shape.numel() > gpytorch.settings.max_cholesky_size.value()
                 or gpytorch.settings.observation_nan_policy.value() != "ignore"):
             return super().forward(function_dist, target, *params, **kwargs)
+        num_data = function_dist.event_shape.numel()
         if not self._dense_solves_pay():
             with gpytorch.settings.max_cholesky_size(num_data - 1):
                 return super().forward(function_dist, target, *params, **kwargs)

@@ -75,7 +75,8 @@ from .walk_schedule import (
     warn_if_short,
 )
 
-__all__ = ["DENSE_SOLVE_WORK", "GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT", "TRAIN_WALKERS"]
+__all__ = ["DENSE_SOLVE_WORK", "GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT", "TRAIN_WALKERS",
+           "dense_factor_pays"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -94,6 +95,15 @@ GRAM_ERROR_ROWS = 256
 SIGMA_ORDER = 50
 #: Significant digits of the hyperparameters a σ-coupling is fitted at (see :func:`_rounded`).
 SIGMA_FIT_DIGITS = 6
+
+
+def dense_factor_pays(rows: int, entries: float) -> bool:
+    r"""The rule of :meth:`GRFKernel.dense_solves_pay`: :math:`n^3 \le c\,\mathrm{nnz}(\Phi)`.
+
+    :param rows: Training points :math:`n`.
+    :param entries: Stored entries of their features :math:`\mathrm{nnz}(\Phi)`.
+    """
+    return rows ** 3 <= DENSE_SOLVE_WORK * entries
 
 
 class GRFKernel(GraphNodeKernel):
@@ -204,7 +214,7 @@ class GRFKernel(GraphNodeKernel):
         :param nodes: The training inputs, as the model holds them.
         """
         pattern = self._selection(self.node_indices(nodes), "x")[0]
-        return pattern.num_rows ** 3 <= DENSE_SOLVE_WORK * pattern.nnz
+        return dense_factor_pays(pattern.num_rows, pattern.nnz)
 
     def estimate_gram_error(self, *, num_walkers: int | None = None, p_halt: float | None = None,
                             coupling: str | WalkLengthCoupling | None = None, rows: int = GRAM_ERROR_ROWS,

@@ -26,7 +26,7 @@ from ..features.graph_random_features import GraphRandomFeatures
 from ..graphs import Graph
 from ..operators.sharded_gram import ShardedGramLinearOperator, SharedColumns
 from ..sparse_pattern import CSRPattern
-from .grf_kernel import DENSE_SOLVE_WORK, GRFKernel
+from .grf_kernel import GRFKernel, dense_factor_pays
 
 __all__ = ["ShardedGRFKernel"]
 
@@ -120,7 +120,7 @@ class ShardedGRFKernel(GRFKernel):
         local = torch.tensor(float(self.features_columns.numel()), dtype=torch.float64,
                              device=self.features_columns.device)
         entries = float(self.collective.all_reduce(local))
-        return self.train_nodes.numel() ** 3 <= DENSE_SOLVE_WORK * entries
+        return dense_factor_pays(self.train_nodes.numel(), entries)
 
     def check_covered(self, index: Tensor, name: str = "nodes") -> None:
         """Accept the training nodes only (this process holds walks for its block of them).

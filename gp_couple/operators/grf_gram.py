@@ -47,8 +47,9 @@ __all__ = ["GRFGramLinearOperator"]
 _DENSE_CHUNK_ENTRIES = 1 << 23
 #: How many more multiply-adds a dense matrix product may do than the compiled sparse loop
 #: of :class:`_CompiledSymmetricGram` for the same :math:`\Phi\Phi^\top` and still be
-#: faster (vectorised BLAS against scattered scalar updates).
-_DENSE_PRODUCT_ADVANTAGE = 16
+#: faster (vectorised BLAS against scattered scalar updates; the crossover measured on one
+#: core, ``benchmarks/RESULTS.md``).
+_DENSE_PRODUCT_ADVANTAGE = 64
 #: Value dtypes the compiled loops of :class:`_CompiledSymmetricGram` take.
 _COMPILED_DTYPES = (torch.float32, torch.float64)
 #: Numbers in the densified feature rows of :func:`_gram_columns` (room for the 15
@@ -140,9 +141,12 @@ class _CompiledSymmetricGram(torch.autograd.Function):
 
 
 def _column_product_work(pattern: CSRPattern) -> int:
-    r""":math:`\sum_c n_c^2`, the multiply-adds of the compiled :math:`\Phi\Phi^\top`."""
-    counts = torch.bincount(pattern.columns, minlength=pattern.num_columns)
-    return int((counts * counts).sum())
+    r""":math:`\sum_c n_c^2`, the multiply-adds of the compiled :math:`\Phi\Phi^\top` (kept with the pattern)."""
+    def build() -> int:
+        counts = torch.bincount(pattern.columns, minlength=pattern.num_columns)
+        return int((counts * counts).sum())
+
+    return pattern.derived("column_product_work", build)
 
 
 def _dense_product(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOperator) -> Tensor:
