@@ -35,7 +35,7 @@ from ._nodes import node_index_tensor
 from ._random import SeedLike, draw_seed, seeded_torch_rng
 from .kernels.graph_node import GraphNodeKernel, graph_kernels
 from .marginal_likelihood import DenseMarginalLogLikelihood
-from .optimize import Convergence, TrainingHistory, minimize
+from .optimize import Convergence, TrainingHistory, minimize, parameter_constraints
 from .predictive_variance import VarianceEstimate, check_variance_method, posterior_variance
 from .settings import flush_denormals
 
@@ -216,8 +216,9 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     Adam (the paper's optimiser) or L-BFGS on a deterministic objective (the same CG probe
     vectors at every evaluation; a dense Cholesky up to gpytorch's ``max_cholesky_size``
     points, see :func:`gp_couple.settings.grf_gp_settings`, with the closed-form gradient of
-    :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`). Train/eval modes
-    are restored.
+    :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`), which moves the
+    positive hyperparameters (output scale, noise, range) in logarithmic coordinates
+    (:func:`gp_couple.optimize.parameter_constraints`). Train/eval modes are restored.
 
     Training runs in phases. After each, every graph kernel of the model may redraw its
     random walks for the hyperparameters learnt so far
@@ -277,7 +278,7 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
             lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
             dict(model.named_parameters()), iterations=iterations, lr=lr, optimizer=optimizer,
             convergence=convergence, seed=None if base_seed is None else base_seed + phase,
-            callback=None if callback is None else counted))
+            callback=None if callback is None else counted, constraints=parameter_constraints(model)))
         history.phases = phase + 1
         return history.reason != "callback"
 

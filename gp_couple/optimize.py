@@ -11,11 +11,19 @@ Optimisers (``optimizer=``):
   "Scalable GPs on graphs", paragraph "Training GRF-GPs: technical details"
   [app:grf_gp_details]); suits stochastic objectives (CG/Lanczos losses with fresh probe
   vectors).
-* ``"lbfgs"``: SciPy's L-BFGS-B on the flattened parameters, within box bounds (gpytorch's
-  raw, inverse-softplus parameters: a line search cannot step to a vanishing noise or
-  lengthscale). It needs a deterministic objective: every evaluation runs under the same
-  seed (:func:`gp_couple._random.seeded_torch_rng`), so CG/Lanczos objectives use the same
-  probe vectors each time, and Cholesky ones are exact.
+* ``"lbfgs"``: SciPy's L-BFGS-B on the flattened parameters, within box bounds (a line
+  search cannot step to a vanishing noise or lengthscale). A parameter under a
+  softplus-transformed lower bound (gpytorch's :class:`~gpytorch.constraints.Positive`
+  and :class:`~gpytorch.constraints.GreaterThan`, passed as ``constraints``) is optimised
+  in the logarithm of its distance to that bound,
+  :math:`z = \log(\theta - \theta_\mathrm{lower})`, rather than in gpytorch's raw
+  coordinate :math:`\operatorname{softplus}^{-1}(\theta - \theta_\mathrm{lower})`, which
+  is logarithmic below 1 but linear above: a step of the same size then changes an output
+  scale of 20 and a noise of 0.01 by the same factor, and the long, curved ridges of the
+  marginal likelihood along the output scale take a few iterations instead of dozens.
+  Other parameters keep their raw values. L-BFGS needs a deterministic objective: every
+  evaluation runs under the same seed (:func:`gp_couple._random.seeded_torch_rng`), so
+  CG/Lanczos objectives use the same probe vectors each time, and Cholesky ones are exact.
 
 The stopping rule (:class:`Convergence`) is stated in terms of the loss and the
 parameters: training has converged when the loss changed by at most ``loss_tolerance``
@@ -30,7 +38,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,12 +50,13 @@ from ._random import SeedLike, draw_seed, seeded_torch_rng
 from .progress import progress
 
 __all__ = ["Convergence", "OPTIMIZERS", "TrainingHistory", "TrainingWarning", "check_schedule", "check_training",
-           "minimize"]
+           "minimize", "parameter_constraints"]
 
 #: The optimisers :func:`minimize` knows.
 OPTIMIZERS = ("adam", "lbfgs")
-#: Box on every parameter entry for L-BFGS-B: gpytorch's raw parameters from
-#: softplus(-15) = 3e-7 (noise keeps gpytorch's floor of 1e-4 above it) to 1e4.
+#: Box on every raw parameter entry for L-BFGS-B: gpytorch's raw parameters from
+#: softplus(-15) = 3e-7 (noise keeps gpytorch's floor of 1e-4 above it) to 1e4. A parameter
+#: optimised in logarithmic coordinates has the same box on its value above the lower bound.
 LBFGS_BOUNDS = (-15.0, 1e4)
 #: A run is reported when its last loss exceeds its first by this fraction of max(1, |first|)
 #: (plus three standard deviations of the step-to-step noise of stochastic losses).
@@ -69,12 +78,16 @@ class Convergence:
     :ivar gradient_tolerance: L-BFGS only: largest gradient entry, relative to
         :math:`\max(1, |\text{loss}|)`, that counts as converged (a short line-search step
         alone is not convergence).
+    :ivar line_search_evaluations: L-BFGS only: most evaluations of one line search
+        (SciPy's ``maxls``); a line search that finds no decrease within them after an
+        iteration that met the loss and parameter tests ends training as converged.
     """
 
     loss_tolerance: float = 1e-4
     parameter_tolerance: float = 1e-2
     window: int = 20
     gradient_tolerance: float = 1e-3
+    line_search_evaluations: int = 8
 
     def __post_init__(self) -> None:
         for name in ("loss_tolerance", "parameter_tolerance", "gradient_tolerance"):
@@ -82,8 +95,10 @@ class Convergence:
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive finite float, got {value!r}")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"window must be a positive int, got {self.window!r}")
+        for name in ("window", "line_search_evaluations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
 
     def reached(self, loss_change: float, loss: float, parameter_change: float) -> bool:
         """Whether a loss change and a parameter change are within the tolerances."""
@@ -204,23 +219,94 @@ def _adam(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter],
                     return
 
 
-def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter], iterations: int,
-           convergence: Convergence, callback: Callable[[int, float], bool | None] | None,
+def parameter_constraints(module: torch.nn.Module) -> dict[str, Any]:
+    """The gpytorch constraint of each parameter of ``module`` that has one, by parameter name.
+
+    :param module: A gpytorch module (a plain :class:`torch.nn.Module` has none).
+    :return: ``{name: constraint}``, names as in ``module.named_parameters()``.
+    """
+    named = getattr(module, "named_parameters_and_constraints", None)
+    if named is None:
+        return {}
+    return {name: constraint for name, _, constraint in named() if constraint is not None}
+
+
+def _log_coordinate(constraint: Any) -> bool:
+    r"""Whether L-BFGS optimises a parameter under ``constraint`` in logarithmic coordinates.
+
+    Only a softplus (:math:`\beta = 1`) onto a finite lower bound with no upper one
+    qualifies: :class:`~gpytorch.constraints.Positive` and :class:`~gpytorch.constraints.GreaterThan`.
+    """
+    transform = getattr(constraint, "_transform", None)
+    is_softplus = (isinstance(transform, torch.nn.Softplus) and float(transform.beta) == 1.0) \
+        or transform is torch.nn.functional.softplus
+    if not (is_softplus and getattr(constraint, "enforced", False)):
+        return False
+    lower, upper = torch.as_tensor(constraint.lower_bound), torch.as_tensor(constraint.upper_bound)
+    return bool(torch.isfinite(lower).all()) and not bool(torch.isfinite(upper).any())
+
+
+class _AtRoundingNoise(Exception):
+    """A line search after a settled L-BFGS iteration spent its evaluations without a decrease."""
+
+
+class _Coordinates:
+    r"""The optimiser's coordinates :math:`z` of the flattened raw parameters :math:`r`.
+
+    Entries marked logarithmic have :math:`z = \log\operatorname{softplus}(r)` (the logarithm
+    of the value's distance to its lower bound); the others have :math:`z = r`.
+    """
+
+    def __init__(self, parameters: list[torch.nn.Parameter], logarithmic: list[bool]) -> None:
+        self.mask = np.concatenate([np.full(parameter.numel(), flag, dtype=bool)
+                                    for parameter, flag in zip(parameters, logarithmic)]) \
+            if parameters else np.zeros(0, dtype=bool)
+        raw_lower, raw_upper = LBFGS_BOUNDS
+        bound = [(raw_lower, raw_upper), (float(np.log(np.logaddexp(0.0, raw_lower))), float(np.log(raw_upper)))]
+        self.bounds = [bound[int(flag)] for flag in self.mask]
+
+    def from_raw(self, raw: np.ndarray) -> np.ndarray:
+        z = raw.copy()
+        z[self.mask] = np.log(np.logaddexp(0.0, raw[self.mask]))
+        return z
+
+    def to_raw(self, z: np.ndarray) -> np.ndarray:
+        # The inverse softplus of x = exp(z), as x + log(1 - exp(-x)): no overflow for large x.
+        raw = z.copy()
+        x = np.exp(z[self.mask])
+        raw[self.mask] = x + np.log(-np.expm1(-x))
+        return raw
+
+    def raw_derivative(self, z: np.ndarray) -> np.ndarray:
+        r""":math:`\mathrm d r / \mathrm d z` entry by entry (the coordinates act entry-wise)."""
+        derivative = np.ones_like(z)
+        x = np.exp(z[self.mask])
+        derivative[self.mask] = x / -np.expm1(-x)
+        return derivative
+
+
+def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter], logarithmic: list[bool],
+           iterations: int, convergence: Convergence, callback: Callable[[int, float], bool | None] | None,
            history: TrainingHistory, seed: int) -> None:
     from scipy import optimize
 
     sizes = [parameter.numel() for parameter in parameters]
     splits = np.cumsum(sizes)[:-1]
+    coordinates = _Coordinates(parameters, logarithmic)
 
-    def assign(vector: np.ndarray) -> None:
+    def assign(z: np.ndarray) -> None:
         with torch.no_grad():
-            for parameter, chunk in zip(parameters, np.split(vector, splits)):
+            for parameter, chunk in zip(parameters, np.split(coordinates.to_raw(z), splits)):
                 parameter.copy_(torch.as_tensor(chunk, dtype=parameter.dtype).view_as(parameter))
 
     evaluated: dict[str, Any] = {}
+    state: dict[str, Any] = {"settled": False, "searching": 0}
 
-    def value_and_gradient(vector: np.ndarray) -> tuple[float, np.ndarray]:
-        assign(vector)
+    def value_and_gradient(z: np.ndarray) -> tuple[float, np.ndarray]:
+        state["searching"] += 1
+        if state["settled"] and state["searching"] > convergence.line_search_evaluations:
+            raise _AtRoundingNoise
+        assign(z)
         for parameter in parameters:
             parameter.grad = None
         with seeded_torch_rng(seed):    # the same probes at every evaluation: a deterministic objective
@@ -229,51 +315,63 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             history.evaluations += 1
             if not math.isfinite(value):
                 # A line search may probe a point where the model breaks down: refuse it.
-                return math.inf, np.zeros(vector.size)
+                return math.inf, np.zeros(z.size)
             loss.backward()
         gradient = torch.cat([(parameter.grad if parameter.grad is not None else torch.zeros_like(parameter))
                               .reshape(-1) for parameter in parameters])
         evaluated["value"] = value
-        evaluated["gradient"] = gradient.detach().double().cpu().numpy()
+        evaluated["gradient"] = gradient.detach().double().cpu().numpy() * coordinates.raw_derivative(z)
         return value, evaluated["gradient"]
 
-    start = _flat(parameters).numpy()
+    start = coordinates.from_raw(_flat(parameters).numpy())
     value_and_gradient(start)
     history.append(evaluated["value"])
-    previous = {"x": start, "value": evaluated["value"]}
+    state.update(x=start, value=evaluated["value"], searching=0)
 
     def after_iteration(intermediate_result: optimize.OptimizeResult) -> None:
         value = float(intermediate_result.fun)
         step = len(history) - 1
         history.append(value)
-        moved = float(np.abs(intermediate_result.x - previous["x"]).max()) if start.size else 0.0
-        change = value - previous["value"]
-        previous.update(x=intermediate_result.x.copy(), value=value)
+        moved = float(np.abs(intermediate_result.x - state["x"]).max()) if start.size else 0.0
+        settled = convergence.reached(value - state["value"], value, moved)
+        state.update(x=intermediate_result.x.copy(), value=value, settled=settled, searching=0)
         if callback is not None and callback(step, value) is True:
             history.reason = "callback"
             raise StopIteration
         steepest = float(np.abs(evaluated["gradient"]).max()) if start.size else 0.0
-        if convergence.reached(change, value, moved) \
-                and steepest <= convergence.gradient_tolerance * max(1.0, abs(value)):
+        if settled and steepest <= convergence.gradient_tolerance * max(1.0, abs(value)):
             history.converged, history.reason = True, "converged"
             raise StopIteration
 
-    result = optimize.minimize(value_and_gradient, start, jac=True, method="L-BFGS-B",
-                               bounds=[LBFGS_BOUNDS] * start.size, callback=after_iteration,
-                               options={"maxiter": int(iterations), "ftol": convergence.loss_tolerance * 1e-2,
-                                        "gtol": 1e-8})
-    assign(result.x)
+    try:
+        result = optimize.minimize(value_and_gradient, start, jac=True, method="L-BFGS-B",
+                                   bounds=coordinates.bounds, callback=after_iteration,
+                                   options={"maxiter": int(iterations), "ftol": convergence.loss_tolerance * 1e-2,
+                                            "gtol": 1e-8, "maxls": convergence.line_search_evaluations})
+        status, message, final = result.status, str(result.message), result.x
+    except _AtRoundingNoise:
+        status, message, final = 2, "line search", state["x"]
+    # SciPy returns the last point it accepted, not the last one evaluated.
+    assign(final)
     history.steepest = float(np.abs(evaluated["gradient"]).max()) if start.size else 0.0
-    if history.reason == "iterations" and result.status == 0:
-        history.converged, history.reason = True, str(result.message)
-    elif history.reason == "iterations" and result.status not in (0, 1) and int(result.nit) < iterations:
-        history.reason = str(result.message)
+    if history.reason != "iterations":
+        return
+    if status == 0:
+        history.converged, history.reason = True, message
+    elif status == 2 and state["settled"]:
+        # After an iteration that met the loss and parameter tests, a line search found no
+        # decrease: the loss is at its rounding noise, where the gradient test cannot be met.
+        history.converged = True
+        history.reason = "converged (no decrease beyond the objective's rounding noise)"
+    elif status not in (0, 1) and len(history) - 1 < iterations:
+        history.reason = message
 
 
 def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Parameter], *, iterations: int,
              lr: float = 0.01, optimizer: str = "adam", convergence: Convergence | None = None,
              seed: SeedLike = None, callback: Callable[[int, float], bool | None] | None = None,
-             description: str = "training", warn: bool = True) -> TrainingHistory:
+             description: str = "training", warn: bool = True,
+             constraints: Mapping[str, Any] | None = None) -> TrainingHistory:
     """Minimise ``objective()`` over ``parameters``: the training loop of every fitter.
 
     :param objective: Returns the loss (a scalar tensor) of the current parameters.
@@ -289,6 +387,9 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
     :param description: Progress-bar label.
     :param warn: Warn (:class:`TrainingWarning`) about diverged, stalled or unconverged
         training.
+    :param constraints: gpytorch constraints of some ``parameters``, by the same names
+        (:func:`parameter_constraints`): L-BFGS optimises those under a softplus lower
+        bound in logarithmic coordinates (see the module docstring). Adam ignores them.
     :return: The loss before each step, with how training ended (:class:`TrainingHistory`).
     :raises ValueError: For an unknown optimiser or a bad schedule.
     :raises FloatingPointError: If the loss (Adam) or a parameter becomes NaN or infinite.
@@ -299,15 +400,24 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
     if convergence is not None and not isinstance(convergence, Convergence):
         raise TypeError(f"convergence must be a gp_couple.optimize.Convergence or None, got "
                         f"{type(convergence).__name__}")
-    trainable = [parameter for parameter in parameters.values() if parameter.requires_grad]
+    constraints = {} if constraints is None else constraints
+    if not isinstance(constraints, Mapping):
+        raise TypeError(f"constraints must be a mapping from parameter names to constraints, got "
+                        f"{type(constraints).__name__}")
+    unknown = sorted(set(constraints) - set(parameters))
+    if unknown:
+        raise ValueError(f"constraints name parameters that are not in parameters: {unknown}")
+    trainable = [(name, parameter) for name, parameter in parameters.items() if parameter.requires_grad]
     history = TrainingHistory()
     if optimizer == "lbfgs":
         if iterations > 0:
-            _lbfgs(objective, trainable, int(iterations), convergence or Convergence(), callback, history,
-                   draw_seed(seed))
+            _lbfgs(objective, [parameter for _, parameter in trainable],
+                   [_log_coordinate(constraints.get(name)) for name, _ in trainable], int(iterations),
+                   convergence or Convergence(), callback, history, draw_seed(seed))
     else:
         with seeded_torch_rng(seed):
-            _adam(objective, trainable, int(iterations), lr, convergence, callback, history, description)
+            _adam(objective, [parameter for _, parameter in trainable], int(iterations), lr, convergence, callback,
+                  history, description)
     for name, parameter in parameters.items():
         if not bool(torch.isfinite(parameter).all()):
             raise FloatingPointError(f"parameter {name} became NaN or infinite during training "

@@ -5,12 +5,20 @@ from __future__ import annotations
 import warnings
 
 import gpytorch
+import numpy as np
 import pytest
 import torch
 
 from gp_couple import Convergence, GraphGP, GRFKernel, fit_gp
 from gp_couple.graphs import grid_graph
-from gp_couple.optimize import TrainingHistory, TrainingWarning, minimize
+from gp_couple.optimize import (
+    LBFGS_BOUNDS,
+    TrainingHistory,
+    TrainingWarning,
+    _Coordinates,
+    minimize,
+    parameter_constraints,
+)
 
 OPTIMUM = torch.tensor([3.0, -2.0], dtype=torch.float64)
 
@@ -62,8 +70,92 @@ def test_minimize_validates_arguments(kwargs, error):
         minimize(objective, parameters, **{"iterations": 2, **kwargs})
 
 
+@pytest.mark.parametrize("constraints, error, match", [
+    ([("x", gpytorch.constraints.Positive())], TypeError, "mapping"),
+    ({"y": gpytorch.constraints.Positive()}, ValueError, r"\['y'\]"),
+])
+def test_minimize_validates_constraints(constraints, error, match):
+    parameters, objective = _quadratic()
+    with pytest.raises(error, match=match):
+        minimize(objective, parameters, iterations=2, constraints=constraints)
+
+
+def test_logarithmic_coordinates_invert_and_differentiate():
+    parameters = [torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))]
+    coordinates = _Coordinates(parameters, [True, False])
+    raw = np.array([-14.0, 0.3, 900.0, -2.0, 5.0])
+    z = coordinates.from_raw(raw)
+    np.testing.assert_allclose(z[:3], np.log(np.logaddexp(0.0, raw[:3])), rtol=1e-12)
+    np.testing.assert_array_equal(z[3:], raw[3:])
+    np.testing.assert_allclose(coordinates.to_raw(z), raw, rtol=1e-10, atol=1e-10)
+    step = 1e-6
+    numeric = (coordinates.to_raw(z + step) - coordinates.to_raw(z - step)) / (2 * step)
+    np.testing.assert_allclose(coordinates.raw_derivative(z), numeric, rtol=1e-6)
+    # The box of a logarithmic coordinate is that of the raw value, mapped.
+    assert coordinates.bounds[0] == pytest.approx((np.log(np.logaddexp(0.0, LBFGS_BOUNDS[0])),
+                                                   np.log(LBFGS_BOUNDS[1])))
+    assert coordinates.bounds[4] == LBFGS_BOUNDS
+
+
+def test_positive_hyperparameters_are_optimised_in_log_coordinates():
+    """A loss quadratic in log(value) is solved in a few L-BFGS iterations for a large and a small optimum.
+
+    In gpytorch's raw coordinate (linear above 1, logarithmic below) the same loss is far from
+    quadratic; with the constraints the optimiser sees the quadratic.
+    """
+    module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+    module.double()
+    targets = torch.tensor([40.0, 0.02], dtype=torch.float64)
+
+    def objective():
+        values = torch.stack([module.outputscale, module.base_kernel.lengthscale.reshape(())])
+        return ((values.log() - targets.log()) ** 2).sum()
+
+    rule = Convergence(loss_tolerance=1e-12, parameter_tolerance=1e-6, gradient_tolerance=1e-8)
+    history = minimize(objective, dict(module.named_parameters()), iterations=100, optimizer="lbfgs",
+                       convergence=rule, constraints=parameter_constraints(module))
+    assert history.converged and len(history) - 1 <= 4
+    torch.testing.assert_close(module.outputscale.detach(), targets[0], rtol=1e-5, atol=0)
+    torch.testing.assert_close(module.base_kernel.lengthscale.detach().reshape(()), targets[1], rtol=1e-5, atol=0)
+    module.initialize(outputscale=0.6931, **{"base_kernel.lengthscale": 0.6931})
+    raw = minimize(objective, dict(module.named_parameters()), iterations=100, optimizer="lbfgs", convergence=rule)
+    assert len(raw) > len(history)
+
+
+def test_parameter_constraints_names_every_constrained_parameter():
+    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    model = GraphGP(torch.arange(4), torch.zeros(4), likelihood,
+                    gpytorch.kernels.ScaleKernel(GRFKernel(grid_graph(3, 3), seed=0)))
+    constraints = parameter_constraints(model)
+    assert set(constraints) == {name for name, _ in model.named_parameters()}
+    assert parameter_constraints(torch.nn.Linear(2, 2)) == {}
+
+
+def test_a_line_search_at_the_rounding_noise_ends_training_as_converged():
+    """Near its optimum a float32-like objective has no decrease left to find; L-BFGS stops there.
+
+    The loss is a quadratic plus a deterministic ripple of 1e-6 (the rounding noise of a
+    float32 objective), and its gradient is off by 1e-3 towards the optimum's other side (that
+    of CG or of a float32 factorisation): the gradient test (1e-7) can never be met, and
+    within 1e-3 of the optimum the ripple hides every decrease.
+    """
+    x = torch.nn.Parameter(torch.tensor([0.0], dtype=torch.float64))
+
+    def objective():
+        ripple = 1e-6 * torch.sin(1e7 * x.detach()).sum()
+        gradient_error = 1e-3 * (torch.sign(x.detach() - 3.0) * (x - x.detach())).sum()
+        return ((x - 3.0) ** 2).sum() + ripple + gradient_error
+
+    rule = Convergence(loss_tolerance=1e-4, parameter_tolerance=1e-2, gradient_tolerance=1e-7)
+    history = minimize(objective, {"x": x}, iterations=200, optimizer="lbfgs", convergence=rule)
+    assert history.converged and "rounding noise" in history.reason
+    assert history.steepest > rule.gradient_tolerance
+    assert float(x.detach()) == pytest.approx(3.0, abs=1e-3)
+
+
 @pytest.mark.parametrize("kwargs", [{"loss_tolerance": 0.0}, {"parameter_tolerance": float("inf")},
-                                    {"window": 0}, {"window": 2.5}])
+                                    {"window": 0}, {"window": 2.5}, {"line_search_evaluations": 0},
+                                    {"line_search_evaluations": True}])
 def test_convergence_validates_its_tolerances(kwargs):
     with pytest.raises(ValueError):
         Convergence(**kwargs)

@@ -26,14 +26,15 @@ from gpytorch.constraints import GreaterThan
 from gpytorch.utils.transforms import inv_softplus
 
 from ..marginal_likelihood import DenseMarginalLogLikelihood
-from ..optimize import Convergence, minimize
+from ..optimize import Convergence, minimize, parameter_constraints
 from ._options import GP_LOSS_TOLERANCE, GP_OPTIMIZERS, GP_PARAMETER_TOLERANCE, GP_WINDOW
 from ._runtime import with_bounded_threads
 
 __all__ = ["GPHyperparameters", "GP_CONVERGENCE", "GP_OPTIMIZERS", "fit_gp_hyperparameters", "rlf_lengthscale"]
 
 #: The exact-GP fits' stopping rule: the loss per point changed by at most 1e-7 and no
-#: raw parameter moved by more than 1e-4, between L-BFGS iterations or between the means of
+#: parameter moved by more than 1e-4 in the optimiser's coordinates (relatively, for the
+#: positive hyperparameters under L-BFGS), between L-BFGS iterations or between the means of
 #: consecutive windows of 100 Adam steps (SciPy's relative-reduction test then stops
 #: L-BFGS at 1e-9). The optimisers it accepts, :data:`GP_OPTIMIZERS`, are
 #: :data:`gp_couple.optimize.OPTIMIZERS`, L-BFGS first (the default).
@@ -111,8 +112,9 @@ def fit_gp_hyperparameters(inputs: np.ndarray, targets: np.ndarray, *, iteration
     Cholesky factorisation, and minimised by
     :func:`gp_couple.optimize.minimize` until ``convergence`` holds:
 
-    * ``"lbfgs"`` (default): SciPy's L-BFGS-B on gpytorch's raw parameters (boxed, so
-      that no line search reaches a zero lengthscale);
+    * ``"lbfgs"`` (default): SciPy's L-BFGS-B on the logarithms of the three positive
+      hyperparameters (boxed, so that no line search reaches a zero lengthscale; see
+      :mod:`gp_couple.optimize`);
     * ``"adam"``: Adam with learning rate ``lr`` (the paper's optimiser), the rule checked
       on window means of ``convergence.window`` steps.
 
@@ -142,7 +144,7 @@ def fit_gp_hyperparameters(inputs: np.ndarray, targets: np.ndarray, *, iteration
     with gpytorch.settings.max_cholesky_size(max(len(y), 800) + 1):
         history = minimize(lambda: -mll(model(x), y), dict(model.named_parameters()), iterations=iterations,
                            lr=lr, optimizer=optimizer, convergence=convergence, seed=0,
-                           description="exact-GP hyperparameters")
+                           description="exact-GP hyperparameters", constraints=parameter_constraints(model))
     kernel = model.covar_module
     # L-BFGS records the starting loss too.
     used = len(history) - 1 if optimizer == "lbfgs" and history else len(history)
