@@ -341,6 +341,9 @@ def gather_ceiling(indptr, indices, degrees, starts, lengths, seed, out_sink):  
         out_sink[r] = acc
 
 
+#: Most distinct (column, step) pairs of a row merged by :func:`_coalesce_hashed` (their
+#: index is packed in 16 bits); rows with more, or shorter than this but with more raw
+#: entries, still go there first, since walks revisit the same pairs.
 _PACKED_ROW_LIMIT = 1 << 16
 #: Rows up to this length are sorted by insertion (short walks, e.g. p_halt = 0.5).
 _INSERTION_SORT_LIMIT = 32
@@ -393,17 +396,20 @@ def _coalesce_row(columns, steps, weights, lo, hi, scratch):  # pragma: no cover
 
     ``scratch`` is the calling thread's part of :func:`_thread_scratch`. Short rows are
     sorted by insertion; others are merged in a hash table keyed by (column, step) first,
-    so only the distinct pairs are sorted. Equal pairs are summed in entry order either
-    way. Returns (merged entries, distinct columns).
+    so only the distinct pairs are sorted, and rows with more distinct pairs than
+    :data:`_PACKED_ROW_LIMIT` by a stable sort of all their entries. Equal pairs are summed
+    in entry order either way. Returns (merged entries, distinct columns).
     """
     n = hi - lo
     if n == 0:
         return 0, 0
-    if n >= _PACKED_ROW_LIMIT:
-        return _coalesce_long_row(columns, steps, weights, lo, hi)
     keys, sums, used, table_keys, table_slots = scratch
     if n > _INSERTION_SORT_LIMIT:
-        return _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_keys, table_slots)
+        entries, distinct = _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_keys,
+                                             table_slots)
+        if entries >= 0:
+            return entries, distinct
+        return _coalesce_long_row(columns, steps, weights, lo, hi)
     # One uint64 per entry: column (high 32 bits) | step (16) | local index (16). Sorting
     # the values in place needs no indirection and no allocation.
     row_keys = keys[:n]
@@ -426,8 +432,10 @@ def _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_key
     """:func:`_coalesce_row` for longer rows: sum equal (column, step) pairs in an open-addressing table.
 
     The table (``table_keys`` all :data:`_EMPTY` on entry, and left so) has at least
-    twice as many slots as the row has entries. The distinct pairs, packed as
+    twice as many slots as ``keys`` holds distinct pairs. The distinct pairs, packed as
     column (32 bits) | step (16) | their index (16), are then sorted and written out.
+    Returns ``(-1, -1)``, with the row untouched, when it has more distinct pairs than
+    ``keys`` holds.
     """
     mask = table_keys.size - 1
     shift = np.uint64(64)
@@ -445,6 +453,10 @@ def _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_key
                 sums[table_slots[slot]] += weights[lo + i]
                 break
             if stored == _EMPTY:
+                if distinct == keys.size:
+                    for j in range(distinct):
+                        table_keys[used[j]] = _EMPTY
+                    return -1, -1
                 table_keys[slot] = pair
                 table_slots[slot] = distinct
                 used[distinct] = slot

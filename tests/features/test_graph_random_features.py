@@ -166,15 +166,24 @@ def test_rows_longer_than_the_packed_key_limit_coalesce_correctly() -> None:
                                raw.feature_matrix(f.numpy()).toarray(), rtol=1e-10)
 
 
-@pytest.mark.parametrize("directions", ["independent", "repelling"])
-def test_long_rows_coalesce_like_a_sorted_reference(directions: str) -> None:
+@pytest.mark.parametrize("directions, walkers, start_nodes", [
     # 64 walkers at p_halt 0.1 give rows of hundreds of entries: the hash-table path.
+    ("independent", 64, None), ("repelling", 64, None),
+    # 8,192 walkers give rows of about 90,000 raw entries (more than a packed index holds)
+    # but a few thousand distinct (column, step) pairs: still the hash table.
+    ("repelling", 8192, [0, 55]),
+])
+def test_long_rows_coalesce_like_a_sorted_reference(directions: str, walkers: int, start_nodes: list | None) -> None:
     graph = grid_graph(10, 10)
-    raw = sample_walks(graph, 64, 0.1, AntitheticWalkLengthCoupling(), seed=7, directions=directions)
+    raw = sample_walks(graph, walkers, 0.1, AntitheticWalkLengthCoupling(), seed=7, directions=directions,
+                       start_nodes=start_nodes)
     assert np.diff(raw.indptr).min() > 32
+    if walkers > 64:
+        assert np.diff(raw.indptr).min() > 1 << 16
     features = GraphRandomFeatures.from_walk_steps(raw, dtype=torch.float64)
-    assert_same(features, GraphRandomFeatures.sample(graph, 64, 0.1, AntitheticWalkLengthCoupling(), seed=7,
-                                                     directions=directions, dtype=torch.float64))
+    assert_same(features, GraphRandomFeatures.sample(graph, walkers, 0.1, AntitheticWalkLengthCoupling(), seed=7,
+                                                     directions=directions, dtype=torch.float64,
+                                                     start_nodes=start_nodes))
     rows, slots = features.row_pointer.numpy(), features.slot_pointer.numpy()
     columns, steps, weights = features.columns.numpy(), features.steps.numpy(), features.weights.numpy()
     for r in range(raw.num_rows):
@@ -184,8 +193,10 @@ def test_long_rows_coalesce_like_a_sorted_reference(directions: str) -> None:
         starts = np.flatnonzero(np.r_[True, np.any(np.diff(pairs, axis=1) != 0, axis=0)])
         first, last = slots[rows[r]], slots[rows[r + 1]]
         np.testing.assert_array_equal(steps[first:last], pairs[1, starts])
+        # Rounding of a sum of k terms in another order (reduceat sums pairwise): up to k ulps.
+        terms = np.diff(np.r_[starts, hi - lo]).max()
         np.testing.assert_allclose(weights[first:last], np.add.reduceat(raw.weights[lo:hi][order], starts),
-                                   rtol=1e-14)
+                                   rtol=max(1e-14, terms * np.finfo(np.float64).eps))
         np.testing.assert_array_equal(np.repeat(columns[rows[r]:rows[r + 1]], np.diff(slots[rows[r]:rows[r + 1] + 1])),
                                       pairs[0, starts])
 
