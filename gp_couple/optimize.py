@@ -24,6 +24,9 @@ Optimisers (``optimizer=``):
   Other parameters keep their raw values. L-BFGS needs a deterministic objective: every
   evaluation runs under the same seed (:func:`gp_couple._random.seeded_torch_rng`), so
   CG/Lanczos objectives use the same probe vectors each time, and Cholesky ones are exact.
+  A line search may probe hyperparameters where the model breaks down (a covariance that
+  is not positive definite in floating point, a non-finite loss): such a point counts as
+  worse than the last accepted one, and the search steps back.
 
 The stopping rule (:class:`Convergence`) is stated in terms of the loss and the
 parameters: training has converged when the loss changed by at most ``loss_tolerance``
@@ -44,6 +47,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from ._random import SeedLike, draw_seed, seeded_torch_rng
@@ -302,6 +306,17 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
     evaluated: dict[str, Any] = {}
     state: dict[str, Any] = {"settled": False, "searching": 0}
 
+    def refused(error: Exception | None) -> tuple[float, np.ndarray]:
+        # A trial point where the model breaks down (a covariance that is not positive definite
+        # in floating point, a non-finite loss) lies outside its domain: report it as worse than
+        # the last accepted point, with that point's gradient, so that the line search steps back.
+        # (An infinite value would let SciPy's relative-reduction test stop there as converged.)
+        if "x" not in state:
+            if error is not None:
+                raise error
+            raise FloatingPointError(f"the loss is {evaluated.get('value')} at the starting parameters")
+        return state["value"] + max(1.0, abs(state["value"])), state["gradient"]
+
     def value_and_gradient(z: np.ndarray) -> tuple[float, np.ndarray]:
         state["searching"] += 1
         if state["settled"] and state["searching"] > convergence.line_search_evaluations:
@@ -310,13 +325,17 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         for parameter in parameters:
             parameter.grad = None
         with seeded_torch_rng(seed):    # the same probes at every evaluation: a deterministic objective
-            loss = objective()
-            value = float(loss.detach())
             history.evaluations += 1
+            try:
+                loss = objective()
+                value = float(loss.detach())
+                if math.isfinite(value):
+                    loss.backward()
+            except (NotPSDError, torch.linalg.LinAlgError) as error:
+                return refused(error)
             if not math.isfinite(value):
-                # A line search may probe a point where the model breaks down: refuse it.
-                return math.inf, np.zeros(z.size)
-            loss.backward()
+                evaluated["value"] = value
+                return refused(None)
         gradient = torch.cat([(parameter.grad if parameter.grad is not None else torch.zeros_like(parameter))
                               .reshape(-1) for parameter in parameters])
         evaluated["value"] = value
@@ -326,7 +345,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
     start = coordinates.from_raw(_flat(parameters).numpy())
     value_and_gradient(start)
     history.append(evaluated["value"])
-    state.update(x=start, value=evaluated["value"], searching=0)
+    state.update(x=start, value=evaluated["value"], gradient=evaluated["gradient"], searching=0)
 
     def after_iteration(intermediate_result: optimize.OptimizeResult) -> None:
         value = float(intermediate_result.fun)
@@ -334,7 +353,8 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         history.append(value)
         moved = float(np.abs(intermediate_result.x - state["x"]).max()) if start.size else 0.0
         settled = convergence.reached(value - state["value"], value, moved)
-        state.update(x=intermediate_result.x.copy(), value=value, settled=settled, searching=0)
+        state.update(x=intermediate_result.x.copy(), value=value, gradient=evaluated["gradient"], settled=settled,
+                     searching=0)
         if callback is not None and callback(step, value) is True:
             history.reason = "callback"
             raise StopIteration

@@ -8,6 +8,7 @@ import gpytorch
 import numpy as np
 import pytest
 import torch
+from linear_operator.utils.errors import NotPSDError
 
 from gp_couple import Convergence, GraphGP, GRFKernel, fit_gp
 from gp_couple.graphs import grid_graph
@@ -177,3 +178,41 @@ def test_lbfgs_gp_training_on_cg_is_deterministic_and_converges():
     second, again = run()
     assert first.converged and list(first) == list(second) and torch.equal(parameters, again)
     assert first[-1] < first[0]
+
+
+@pytest.mark.parametrize("breakdown", ["not positive definite", "nan"])
+def test_lbfgs_steps_back_from_points_where_the_model_breaks_down(breakdown):
+    """A line search that probes outside the model's domain steps back and still reaches the optimum.
+
+    The loss is flat far from its optimum (3), so the quasi-Newton steps overshoot into
+    x > 6, where the objective raises :class:`NotPSDError` (a Cholesky factor failing at
+    extreme hyperparameters) or returns NaN. Reporting such a point as infinite made SciPy
+    stop at x = -14 as "converged".
+    """
+    x = torch.nn.Parameter(torch.tensor([-20.0], dtype=torch.float64))
+    probed_outside = []
+
+    def objective():
+        if float(x.detach()) > 6.0:
+            probed_outside.append(float(x.detach()))
+            if breakdown == "nan":
+                return (x * float("nan")).sum()
+            raise NotPSDError("Matrix not positive definite after repeatedly adding jitter up to 1.0e-04.")
+        return torch.sqrt(1 + (x - 3.0) ** 2).sum()
+
+    history = minimize(objective, {"x": x}, iterations=100, optimizer="lbfgs")
+    assert probed_outside
+    assert history.converged
+    assert float(x.detach()) == pytest.approx(3.0, abs=1e-3)
+
+
+def test_lbfgs_refuses_a_start_where_the_model_breaks_down():
+    x = torch.nn.Parameter(torch.tensor([1.0], dtype=torch.float64))
+
+    def not_positive_definite():
+        raise NotPSDError("Matrix not positive definite")
+
+    with pytest.raises(NotPSDError):
+        minimize(not_positive_definite, {"x": x}, iterations=5, optimizer="lbfgs")
+    with pytest.raises(FloatingPointError, match="starting parameters"):
+        minimize(lambda: (x * float("nan")).sum(), {"x": x}, iterations=5, optimizer="lbfgs")
