@@ -2,7 +2,8 @@
 
 Every model is trained by L-BFGS on a deterministic objective until the stopping rule of
 :class:`gp_couple.optimize.Convergence` holds (defaults: loss change at most 1e-4 relative,
-no raw parameter moving more than 1e-2 between iterations; at most ``--iterations``
+no parameter moving more than 1e-2 between iterations in the optimiser's coordinates, i.e.
+1 % for the positive hyperparameters, which L-BFGS moves in logarithmic coordinates; at most ``--iterations``
 iterations per run), and predicts the held-out nodes with variances to a stated accuracy
 (:func:`gp_couple.models.predict`: dense float64 Cholesky up to 10,000 training points,
 block Krylov with a residual bound above). Methods, each in a fresh subprocess:

@@ -77,7 +77,9 @@ class Convergence:
 
     :ivar loss_tolerance: Largest change of the loss, relative to
         :math:`\max(1, |\text{loss}|)`, that counts as converged.
-    :ivar parameter_tolerance: Largest change of any parameter entry that counts as converged.
+    :ivar parameter_tolerance: Largest change of any parameter entry that counts as converged,
+        in the optimiser's coordinates (for L-BFGS, the logarithm of a positive
+        hyperparameter: a relative change).
     :ivar window: Adam steps per window (the means of two consecutive windows are compared).
     :ivar gradient_tolerance: L-BFGS only: largest gradient entry, relative to
         :math:`\max(1, |\text{loss}|)`, that counts as converged (a short line-search step
