@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gpytorch.constraints import Interval
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
@@ -429,6 +430,10 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
     unknown = sorted(set(constraints) - set(parameters))
     if unknown:
         raise ValueError(f"constraints name parameters that are not in parameters: {unknown}")
+    for name, constraint in constraints.items():
+        if constraint is not None and not isinstance(constraint, Interval):
+            raise TypeError(f"constraints[{name!r}] must be a gpytorch constraint (gpytorch.constraints.Interval) "
+                            f"or None, got {type(constraint).__name__}")
     trainable = [(name, parameter) for name, parameter in parameters.items() if parameter.requires_grad]
     history = TrainingHistory()
     if optimizer == "lbfgs":

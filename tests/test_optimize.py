@@ -74,6 +74,7 @@ def test_minimize_validates_arguments(kwargs, error):
 @pytest.mark.parametrize("constraints, error, match", [
     ([("x", gpytorch.constraints.Positive())], TypeError, "mapping"),
     ({"y": gpytorch.constraints.Positive()}, ValueError, r"\['y'\]"),
+    ({"x": "positive"}, TypeError, r"constraints\['x'\] must be a gpytorch constraint"),
 ])
 def test_minimize_validates_constraints(constraints, error, match):
     parameters, objective = _quadratic()
