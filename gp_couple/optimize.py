@@ -309,15 +309,14 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
     evaluated: dict[str, Any] = {}
     state: dict[str, Any] = {"settled": False, "searching": 0}
 
-    def refused(error: Exception | None) -> tuple[float, np.ndarray]:
+    def refused(error: Exception) -> tuple[float, np.ndarray]:
         # A trial point where the model breaks down (a covariance that is not positive definite
         # in floating point, a non-finite loss) lies outside its domain: report it as worse than
         # the last accepted point, with that point's gradient, so that the line search steps back.
         # (An infinite value would let SciPy's relative-reduction test stop there as converged.)
+        # At the starting point there is nothing to step back to.
         if "x" not in state:
-            if error is not None:
-                raise error
-            raise FloatingPointError(f"the loss is {evaluated.get('value')} at the starting parameters")
+            raise error
         return state["value"] + max(1.0, abs(state["value"])), state["gradient"]
 
     def value_and_gradient(z: np.ndarray) -> tuple[float, np.ndarray]:
@@ -337,8 +336,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             except (NotPSDError, torch.linalg.LinAlgError) as error:
                 return refused(error)
             if not math.isfinite(value):
-                evaluated["value"] = value
-                return refused(None)
+                return refused(FloatingPointError(f"the loss is {value} at the starting parameters"))
         gradient = torch.cat([(parameter.grad if parameter.grad is not None else torch.zeros_like(parameter))
                               .reshape(-1) for parameter in parameters])
         evaluated["value"] = value

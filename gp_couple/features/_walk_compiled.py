@@ -341,9 +341,9 @@ def gather_ceiling(indptr, indices, degrees, starts, lengths, seed, out_sink):  
         out_sink[r] = acc
 
 
-#: Most distinct (column, step) pairs of a row merged by :func:`_coalesce_hashed` (their
-#: index is packed in 16 bits); rows with more, or shorter than this but with more raw
-#: entries, still go there first, since walks revisit the same pairs.
+#: Most distinct (column, step) pairs :func:`_coalesce_hashed` merges in one row (their
+#: index is packed in 16 bits). Every row tries the hash table first, however many raw
+#: entries it has (walks revisit the same pairs); only rows with more distinct pairs are sorted.
 _PACKED_ROW_LIMIT = 1 << 16
 #: Rows up to this length are sorted by insertion (short walks, e.g. p_halt = 0.5).
 _INSERTION_SORT_LIMIT = 32
