@@ -407,7 +407,7 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
     :param callback: Called as ``callback(step, loss)``; returning ``True`` stops early.
     :param description: Progress-bar label.
     :param warn: Warn (:class:`TrainingWarning`) about diverged, stalled or unconverged
-        training.
+        training, including L-BFGS runs that SciPy ended before the stopping rule held.
     :param constraints: gpytorch constraints of some ``parameters``, by the same names
         (:func:`parameter_constraints`): L-BFGS optimises those under a softplus lower
         bound in logarithmic coordinates (see the module docstring). Adam ignores them.
@@ -453,4 +453,12 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
                 and history.reason == "iterations" and len(history) > 1:
             warnings.warn(f"training did not converge in {iterations} {optimizer} iterations "
                           f"({_loss_summary(history)}); raise iterations", TrainingWarning, stacklevel=2)
+        elif optimizer == "lbfgs" and not history.converged and history.reason not in ("iterations", "callback"):
+            # SciPy gave up (most often a line search that found no decrease along a direction
+            # its gradient called descending) before the stopping rule held.
+            warnings.warn(f"L-BFGS stopped before the stopping rule held: {history.reason} "
+                          f"({_loss_summary(history)}; largest gradient entry {history.steepest:.3g}). The "
+                          "objective's value and gradient may disagree: CG/Lanczos estimates above gpytorch's "
+                          "max_cholesky_size (raise it, or num_trace_samples), or an objective that is not "
+                          "differentiable there", TrainingWarning, stacklevel=2)
     return history

@@ -217,3 +217,21 @@ def test_lbfgs_refuses_a_start_where_the_model_breaks_down():
         minimize(not_positive_definite, {"x": x}, iterations=5, optimizer="lbfgs")
     with pytest.raises(FloatingPointError, match="starting parameters"):
         minimize(lambda: (x * float("nan")).sum(), {"x": x}, iterations=5, optimizer="lbfgs")
+
+
+def test_lbfgs_that_scipy_ends_before_the_stopping_rule_warns():
+    """A gradient that disagrees with the value (here: the wrong sign) makes every line search fail.
+
+    SciPy then ends the run with an abnormal line-search termination, which is not
+    convergence: the run is reported as not converged, and a warning names the reason.
+    """
+    x = torch.nn.Parameter(torch.tensor([0.0], dtype=torch.float64))
+
+    def objective():
+        loss = ((x - 3.0) ** 2).sum()
+        return 2 * loss.detach() - loss  # the value of the loss, the gradient of its negative
+
+    with pytest.warns(TrainingWarning, match="stopped before the stopping rule held"):
+        history = minimize(objective, {"x": x}, iterations=50, optimizer="lbfgs")
+    assert not history.converged and history.reason not in ("iterations", "converged")
+    assert float(x.detach()) == pytest.approx(0.0, abs=1e-6)

@@ -458,14 +458,21 @@ class GRFGramLinearOperator(LinearOperator):
         """linear_operator's pivoted Cholesky, whose pivots may be reused across training steps.
 
         See :mod:`gp_couple.operators.preconditioner` (off unless
-        :class:`~gp_couple.settings.preconditioner_pivot_reuse` is on).
+        :class:`~gp_couple.settings.preconditioner_pivot_reuse` is on). A Gram matrix of
+        zeros gets the zero factor of rank one (linear_operator's would be NaN).
         """
+        with torch.no_grad():
+            diagonal = self._diagonal()
+        if not bool((diagonal.amax(-1) > 0).all()):
+            # A Gram matrix of zeros (the kernel vanished, e.g. at a line search's trial point of
+            # a huge range) has no positive pivot, and linear_operator would divide by its zero
+            # diagonal. The zero factor is exact there, and still a valid preconditioner
+            # (sigma^2 I) for any other matrix of a batch.
+            factor = diagonal.new_zeros(*diagonal.shape, 1)
+            permutation = torch.arange(diagonal.shape[-1], device=diagonal.device).expand(diagonal.shape).clone()
+            return (factor, permutation) if return_pivots else factor
         memo = self._pivot_memo()
-        reused = None
-        if memo is not None:
-            with torch.no_grad():
-                diagonal = self._diagonal()
-            reused = memo.reusable(diagonal, rank, error_tol)
+        reused = None if memo is None else memo.reusable(diagonal, rank, error_tol)
         if reused is not None:
             pivots, permutation = reused
             factor = nystrom_factor(_block(self, torch.arange(self.size(-2), device=self.device), pivots), pivots)

@@ -86,3 +86,27 @@ def test_reuse_tolerance_is_validated():
         preconditioner_pivot_reuse(-0.1)
     with pytest.raises(TypeError, match="tolerance"):
         preconditioner_pivot_reuse("small")
+
+
+@pytest.mark.parametrize("reuse", [None, 0.05])
+def test_a_gram_of_zeros_is_preconditioned_by_the_noise_alone(pattern, reuse):
+    # A vanishing kernel (a trial point of a huge range underflows every feature) has no
+    # positive pivot: linear_operator's factor would be NaN and CG would warn and drop it.
+    import warnings
+
+    import linear_operator
+    from linear_operator.operators import DiagLinearOperator
+
+    zeros = torch.zeros_like(random_values(pattern, seed=26, dtype=torch.float64))
+    gram = _gram(zeros, pattern)
+    with preconditioner_pivot_reuse(reuse):
+        factor, permutation = gram.pivoted_cholesky(rank=6, return_pivots=True)
+    assert factor.shape == (40, 1) and not factor.any()
+    torch.testing.assert_close(permutation, torch.arange(40))
+    rhs = torch.linspace(-1.0, 1.0, 40, dtype=torch.float64).unsqueeze(-1)
+    covariance = gram + DiagLinearOperator(torch.full((40,), 0.5, dtype=torch.float64))
+    with warnings.catch_warnings(), linear_operator.settings.max_cholesky_size(0), \
+            linear_operator.settings.min_preconditioning_size(1):
+        warnings.simplefilter("error")
+        solution = covariance.solve(rhs)
+    torch.testing.assert_close(solution, rhs / 0.5)
