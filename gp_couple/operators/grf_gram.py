@@ -36,7 +36,7 @@ from torch import Tensor
 
 from ..settings import preconditioner_pivot_reuse
 from ..sparse_pattern import CSRPattern, segment_sum
-from ._symmetric_gram_compiled import symmetric_gram, symmetric_gram_gradient
+from ._gram_compiled import sparse_gram, sparse_gram_gradient
 from .preconditioner import PivotMemo, nystrom_factor
 from .sparse_feature_operator import SparseFeatureLinearOperator
 from .sparse_products import sampled_dots, sparse_matmul, spmm
@@ -46,11 +46,11 @@ __all__ = ["GRFGramLinearOperator"]
 #: Numbers in one densified block of feature rows in :func:`_dense_product` (bounds its memory).
 _DENSE_CHUNK_ENTRIES = 1 << 23
 #: How many more multiply-adds a dense matrix product may do than the compiled sparse loop
-#: of :class:`_CompiledSymmetricGram` for the same :math:`\Phi\Phi^\top` and still be
+#: of :class:`_CompiledGram` for the same :math:`\Phi_A\Phi_B^\top` and still be
 #: faster (vectorised BLAS against scattered scalar updates; the crossover measured on one
 #: core, ``benchmarks/RESULTS.md``).
 _DENSE_PRODUCT_ADVANTAGE = 64
-#: Value dtypes the compiled loops of :class:`_CompiledSymmetricGram` take.
+#: Value dtypes the compiled loops of :class:`_CompiledGram` take.
 _COMPILED_DTYPES = (torch.float32, torch.float64)
 #: Numbers in the densified feature rows of :func:`_gram_columns` (room for the 15
 #: pivots of gpytorch's preconditioner on ~5 * 10^5 touched nodes).
@@ -105,56 +105,76 @@ class _SymmetricGram(torch.autograd.Function):
         return (grad + grad.mT) @ dense
 
 
-class _CompiledSymmetricGram(torch.autograd.Function):
-    r""":math:`\Phi\Phi^\top` of sparse CPU features by the compiled loops of
-    :mod:`._symmetric_gram_compiled`, :math:`\sum_c n_c^2` multiply-adds for column counts
-    :math:`n_c`; the values' gradient is :math:`(\mathbf G + \mathbf G^\top)\Phi` at the
-    stored entries, by the same loop."""
+class _CompiledGram(torch.autograd.Function):
+    r""":math:`\Phi_A\Phi_B^\top` of sparse CPU features by the compiled loops of
+    :mod:`._gram_compiled`, :math:`\sum_c n^A_c n^B_c` multiply-adds for the column counts of
+    the two sides. Without ``right_values`` it is the symmetric Gram :math:`\Phi\Phi^\top`,
+    whose values' gradient is :math:`(\mathbf G + \mathbf G^\top)\Phi` at the stored
+    entries; otherwise the two sides' gradients are :math:`\mathbf G\Phi_B` and
+    :math:`\mathbf G^\top\Phi_A`, by the same loop. The two sides share their batch
+    shape and their column space."""
 
     @staticmethod
-    def forward(ctx: Any, values: Tensor, pattern: CSRPattern) -> Tensor:
-        ctx.pattern = pattern
-        ctx.save_for_backward(values)
-        transposed, permutation = pattern.transpose()
-        batch = values.shape[:-1]
-        out = values.new_zeros(*batch, pattern.num_rows, pattern.num_rows)
+    def forward(ctx: Any, left_values: Tensor, left_pattern: CSRPattern, right_values: Tensor | None,
+                right_pattern: CSRPattern | None) -> Tensor:
+        ctx.symmetric = right_values is None
+        if right_values is None or right_pattern is None:
+            right_values, right_pattern = left_values, left_pattern
+        ctx.patterns = (left_pattern, right_pattern)
+        ctx.save_for_backward(left_values, right_values)
+        transposed, permutation = right_pattern.transpose()
+        batch = left_values.shape[:-1]
+        out = left_values.new_zeros(*batch, left_pattern.num_rows, right_pattern.num_rows)
         for index in itertools.product(*(range(size) for size in batch)):
-            row_values = values[index].detach().contiguous()
-            symmetric_gram(pattern.row_pointer.numpy(), pattern.columns.numpy(), row_values.numpy(),
-                           transposed.row_pointer.numpy(), transposed.columns.numpy(),
-                           row_values[permutation].numpy(), out[index].numpy())
+            row_values = left_values[index].detach().contiguous()
+            sparse_gram(left_pattern.row_pointer.numpy(), left_pattern.columns.numpy(), row_values.numpy(),
+                        transposed.row_pointer.numpy(), transposed.columns.numpy(),
+                        right_values[index].detach()[permutation].numpy(), out[index].numpy())
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-        (values,) = ctx.saved_tensors
-        pattern = ctx.pattern
-        transposed, permutation = pattern.transpose()
-        weights = grad + grad.mT
-        out = values.new_empty(values.shape)
-        for index in itertools.product(*(range(size) for size in values.shape[:-1])):
-            symmetric_gram_gradient(pattern.row_pointer.numpy(), pattern.columns.numpy(),
-                                    transposed.row_pointer.numpy(), transposed.columns.numpy(),
-                                    values[index].detach()[permutation].numpy(),
-                                    weights[index].contiguous().numpy(), out[index].numpy())
-        return out, None
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, Tensor | None, None]:
+        left_values, right_values = ctx.saved_tensors
+        left_pattern, right_pattern = ctx.patterns
+        if ctx.symmetric:
+            return _gram_gradient(left_pattern, right_pattern, right_values, grad + grad.mT), None, None, None
+        grad_left = _gram_gradient(left_pattern, right_pattern, right_values, grad) \
+            if ctx.needs_input_grad[0] else None
+        grad_right = _gram_gradient(right_pattern, left_pattern, left_values, grad.mT) \
+            if ctx.needs_input_grad[2] else None
+        return grad_left, None, grad_right, None
 
 
-def _column_product_work(pattern: CSRPattern) -> int:
-    r""":math:`\sum_c n_c^2`, the multiply-adds of the compiled :math:`\Phi\Phi^\top` (kept with the pattern)."""
-    def build() -> int:
-        counts = torch.bincount(pattern.columns, minlength=pattern.num_columns)
-        return int((counts * counts).sum())
+def _gram_gradient(pattern: CSRPattern, other_pattern: CSRPattern, other_values: Tensor, weights: Tensor) -> Tensor:
+    r""":math:`\mathbf W\Phi_B` at the stored entries of :math:`\Phi_A` (``pattern``): the values' gradient of
+    :math:`\langle\mathbf W, \Phi_A\Phi_B^\top\rangle`."""
+    transposed, permutation = other_pattern.transpose()
+    out = other_values.new_empty(*other_values.shape[:-1], pattern.nnz)
+    for index in itertools.product(*(range(size) for size in other_values.shape[:-1])):
+        sparse_gram_gradient(pattern.row_pointer.numpy(), pattern.columns.numpy(),
+                             transposed.row_pointer.numpy(), transposed.columns.numpy(),
+                             other_values[index].detach()[permutation].numpy(),
+                             weights[index].contiguous().numpy(), out[index].numpy())
+    return out
 
-    return pattern.derived("column_product_work", build)
+
+def _column_counts(pattern: CSRPattern) -> Tensor:
+    """Stored entries per column of ``pattern`` (kept with the pattern)."""
+    return pattern.derived("column_counts", lambda: torch.bincount(pattern.columns, minlength=pattern.num_columns))
+
+
+def _column_product_work(left: CSRPattern, right: CSRPattern) -> int:
+    r""":math:`\sum_c n^A_c n^B_c`, the multiply-adds of the compiled :math:`\Phi_A\Phi_B^\top`."""
+    return int((_column_counts(left) * _column_counts(right)).sum())
 
 
 def _dense_product(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOperator) -> Tensor:
     r"""Dense :math:`\Phi_A\Phi_B^\top` without densifying either feature matrix over all nodes.
 
-    A symmetric product of CPU features (the training Gram, whose Cholesky factor follows)
-    is summed column by column by a compiled loop (:class:`_CompiledSymmetricGram`),
-    unless the features are dense enough for one dense matrix product to be faster.
+    Products of CPU features on one column space (the training Gram, whose Cholesky factor
+    follows, and the cross-covariance of prediction) are summed column by column by a
+    compiled loop (:class:`_CompiledGram`), unless the features are dense enough for one
+    dense matrix product to be faster.
     When both sides fit densely over the graph nodes their features visit (at most
     :data:`_DENSE_CHUNK_ENTRIES` numbers), they are densified there and multiplied by one
     dense matrix product. Otherwise the side with fewer rows is densified block by block over
@@ -165,10 +185,14 @@ def _dense_product(left: SparseFeatureLinearOperator, right: SparseFeatureLinear
     left_compact, right_compact, union = left.pattern.joint_compact(right.pattern)
     symmetric = left is right
     fits = (left.size(-2) + (0 if symmetric else right.size(-2))) * union.numel() <= _DENSE_CHUNK_ENTRIES
-    if symmetric and left.values.device.type == "cpu" and left.values.dtype in _COMPILED_DTYPES and not (
-            fits and left.size(-2) ** 2 * union.numel()
-            <= _DENSE_PRODUCT_ADVANTAGE * _column_product_work(left.pattern)):
-        return _CompiledSymmetricGram.apply(left.values, left.pattern)
+    compiled = left.values.device.type == "cpu" and left.values.dtype in _COMPILED_DTYPES and (symmetric or (
+        right.values.device == left.values.device and right.values.dtype == left.values.dtype
+        and right.values.shape[:-1] == left.values.shape[:-1]
+        and right.pattern.num_columns == left.pattern.num_columns))
+    if compiled and not (fits and left.size(-2) * right.size(-2) * union.numel()
+                         <= _DENSE_PRODUCT_ADVANTAGE * _column_product_work(left.pattern, right.pattern)):
+        return _CompiledGram.apply(left.values, left.pattern, None if symmetric else right.values,
+                                   None if symmetric else right.pattern)
     if fits:
         dense_left = _densified(left.values, left_compact)
         if symmetric:

@@ -110,32 +110,46 @@ def test_chunked_to_dense_matches_reference(monkeypatch):
     torch.testing.assert_close(symmetric.to_dense(), gram_reference(symmetric))
 
 
+def _leaf_and_dense(features: SparseFeatureLinearOperator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The features' values as a leaf, and the same features as a dense leaf (rows x nodes)."""
+    values = features.values.detach().requires_grad_(True)
+    dense = values.new_zeros(*values.shape[:-1], *features.pattern.shape)
+    dense[..., features.pattern.row_indices, features.pattern.columns] = values.detach()
+    return values, dense.requires_grad_(True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("batch_shape", [torch.Size(), torch.Size([3])])
-def test_the_compiled_gram_and_its_gradient_are_the_dense_product(monkeypatch, batch_shape, dtype):
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_the_compiled_gram_and_its_gradient_are_the_dense_product(monkeypatch, batch_shape, dtype, symmetric):
     calls = []
-    compiled = grf_gram._CompiledSymmetricGram.apply
-    monkeypatch.setattr(grf_gram._CompiledSymmetricGram, "apply", lambda *args: calls.append(1) or compiled(*args))
+    compiled = grf_gram._CompiledGram.apply
+    monkeypatch.setattr(grf_gram._CompiledGram, "apply", lambda *args: calls.append(1) or compiled(*args))
     monkeypatch.setattr(grf_gram, "_DENSE_PRODUCT_ADVANTAGE", 0)
-    features = _features(11, 30, 5, batch_shape, dtype)
-    values = features.values.detach().requires_grad_(True)
-    dense = torch.zeros(*batch_shape, 11, 30, dtype=dtype)
-    dense[..., features.pattern.row_indices, features.pattern.columns] = values.detach()
-    dense.requires_grad_(True)
-    weights = torch.randn(*batch_shape, 11, 11, generator=torch.Generator().manual_seed(6), dtype=dtype)
-    gram = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=features.pattern)).to_dense()
+    left = _features(11, 30, 5, batch_shape, dtype)
+    right = left if symmetric else _features(8, 30, 9, batch_shape, dtype)
+    left_values, left_dense = _leaf_and_dense(left)
+    right_values, right_dense = (left_values, left_dense) if symmetric else _leaf_and_dense(right)
+    weights = torch.randn(*batch_shape, 11, right.size(-2), generator=torch.Generator().manual_seed(6), dtype=dtype)
+    left_operator = SparseFeatureLinearOperator(left_values, pattern=left.pattern)
+    gram = GRFGramLinearOperator(left_operator) if symmetric else \
+        GRFGramLinearOperator(left_operator, SparseFeatureLinearOperator(right_values, pattern=right.pattern))
+    gram = gram.to_dense()
     assert calls, "the compiled loop was not used"
-    expected = dense @ dense.mT
+    expected = left_dense @ right_dense.mT
     torch.testing.assert_close(gram, expected)
     (gram * weights).sum().backward()
     (expected * weights).sum().backward()
-    torch.testing.assert_close(values.grad, dense.grad[..., features.pattern.row_indices, features.pattern.columns])
+    torch.testing.assert_close(left_values.grad, left_dense.grad[..., left.pattern.row_indices, left.pattern.columns])
+    if not symmetric:
+        torch.testing.assert_close(right_values.grad,
+                                   right_dense.grad[..., right.pattern.row_indices, right.pattern.columns])
 
 
 def test_sparse_features_take_the_compiled_loop_and_dense_ones_a_matrix_product(monkeypatch):
     calls = []
-    compiled = grf_gram._CompiledSymmetricGram.apply
-    monkeypatch.setattr(grf_gram._CompiledSymmetricGram, "apply", lambda *args: calls.append(1) or compiled(*args))
+    compiled = grf_gram._CompiledGram.apply
+    monkeypatch.setattr(grf_gram._CompiledGram, "apply", lambda *args: calls.append(1) or compiled(*args))
     # Ten nonzeros per row of 2,000 nodes: about 2,000 x 100 multiply-adds for the loop,
     # 100^2 x 2,000 for a product of the densified rows.
     rows, columns = 100, 2000
