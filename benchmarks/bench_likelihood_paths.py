@@ -1,4 +1,4 @@
-"""Benchmark: one evaluation of a GRF-GP's marginal likelihood and its gradient, by each path.
+r"""Benchmark: a GRF-GP's marginal likelihood and gradient by each path, and its dense cross-covariance.
 
 Three ways to evaluate the negative marginal log-likelihood per point and its gradient,
 timed on the same model, walks and hyperparameters, one after the other in one process
@@ -15,6 +15,12 @@ timed on the same model, walks and hyperparameters, one after the other in one p
 
 The two dense paths must agree to rounding; the CG path's loss and gradient are
 stochastic estimates of theirs, and the report gives how far they are.
+
+On the same walks, the dense test-by-train cross-covariance :math:`\Phi_*\Phi^\top` that
+prediction's exact variances start from (``cross_*``, median of ``--repeats``): by the
+compiled column loop (``cross_compiled_seconds``, the library's choice) and by
+densified blocks of the training rows (``cross_blocks_seconds``, the path for features
+the loop does not take), with their largest difference.
 
 Problems are ``prior:GAMMA:GRAPH`` draws of ``bench_graph_gp_accuracy.py`` (half the nodes
 observed); the kernel is ``GRFKernel`` with ``--walkers`` antithetic repelling walkers at
@@ -90,6 +96,30 @@ def measure(spec: str, walkers: int, outputscale: float, noise: float, repeats: 
     for path in ("cg", "gpytorch_cholesky"):
         result[f"{path}_gradient_difference"] = float((gradients[path] - gradients["dense"]).norm()
                                                       / gradients["dense"].norm())
+    result.update(_cross_covariance(base, torch.as_tensor(test), torch.as_tensor(train), repeats))
+    return result
+
+
+def _cross_covariance(base: Any, test: Any, train: Any, repeats: int) -> dict[str, Any]:
+    """Median seconds of the dense test-by-train GRF Gram, by the compiled loop and by densified blocks."""
+    import torch
+
+    from gp_couple.operators import grf_gram
+
+    dense: dict[str, Any] = {}
+    result: dict[str, Any] = {}
+    with torch.no_grad():
+        operator = base(test.float().unsqueeze(-1), train.float().unsqueeze(-1)).evaluate_kernel()
+        for path, dtypes in (("compiled", grf_gram._COMPILED_DTYPES), ("blocks", ())):
+            times = []
+            with mock.patch.object(grf_gram, "_COMPILED_DTYPES", dtypes):
+                for repeat in range(repeats + 1):
+                    began = time.perf_counter()
+                    dense[path] = grf_gram._dense_product(operator.left, operator.right)
+                    if repeat:
+                        times.append(time.perf_counter() - began)
+            result[f"cross_{path}_seconds"] = statistics.median(times)
+    result["cross_max_difference"] = float((dense["compiled"] - dense["blocks"]).abs().max())
     return result
 
 
@@ -112,7 +142,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             row["torch_threads"] = torch.get_num_threads()
             rows.append(row)
             print(", ".join(f"{path} {row[f'{path}_seconds']:.2f} s (loss {row[f'{path}_loss']:.6g})"
-                            for path in PATHS) + f": {spec}, {walkers} walkers", flush=True)
+                            for path in PATHS) + f"; cross-covariance {row['cross_compiled_seconds']:.2f} s "
+                  f"(blocks {row['cross_blocks_seconds']:.2f} s): {spec}, {walkers} walkers", flush=True)
     return emit_report({"benchmark": "likelihood_paths", "machine": platform.platform(), "cpus": os.cpu_count(),
                         "rows": rows}, args.json_out)
 

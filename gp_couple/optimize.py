@@ -34,7 +34,11 @@ parameters: training has converged when the loss changed by at most ``loss_toler
 ``parameter_tolerance`` — between consecutive L-BFGS iterations (where, in addition, no
 gradient entry may exceed ``gradient_tolerance``), or between the means of two
 consecutive windows of ``window`` Adam steps (whose losses are noisy). L-BFGS also stops
-when SciPy's own tests (projected gradient, relative reduction) are met.
+when SciPy's own tests (projected gradient, relative reduction) are met, and when a line
+search finds no decrease at the objective's rounding noise (after an iteration that met
+the loss and parameter tests, or from a point that meets the gradient test). Any other
+end SciPy reports before the rule holds (an abnormal line search, usually a gradient
+that disagrees with the value) is not convergence, and :func:`minimize` warns.
 """
 
 from __future__ import annotations
@@ -87,7 +91,8 @@ class Convergence:
         alone is not convergence).
     :ivar line_search_evaluations: L-BFGS only: most evaluations of one line search
         (SciPy's ``maxls``); a line search that finds no decrease within them after an
-        iteration that met the loss and parameter tests ends training as converged.
+        iteration that met the loss and parameter tests, or from a point that meets the
+        gradient test, ends training as converged.
     """
 
     loss_tolerance: float = 1e-4
@@ -379,9 +384,12 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         return
     if status == 0:
         history.converged, history.reason = True, message
-    elif status == 2 and state["settled"]:
-        # After an iteration that met the loss and parameter tests, a line search found no
-        # decrease: the loss is at its rounding noise, where the gradient test cannot be met.
+    elif status == 2 and (state["settled"] or (
+            float(np.abs(state["gradient"]).max()) if start.size else 0.0)
+            <= convergence.gradient_tolerance * max(1.0, abs(state["value"]))):
+        # A line search found no decrease after an iteration that met the loss and parameter
+        # tests, or from a point that meets the gradient test (e.g. a phase that starts where
+        # the last one converged): the loss is at its rounding noise there.
         history.converged = True
         history.reason = "converged (no decrease beyond the objective's rounding noise)"
     elif status not in (0, 1) and len(history) - 1 < iterations:

@@ -235,3 +235,16 @@ def test_lbfgs_that_scipy_ends_before_the_stopping_rule_warns():
         history = minimize(objective, {"x": x}, iterations=50, optimizer="lbfgs")
     assert not history.converged and history.reason not in ("iterations", "converged")
     assert float(x.detach()) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_start_that_meets_the_gradient_test_and_cannot_decrease_is_converged():
+    """A phase that starts where the last one converged: no decrease to find, the gradient within tolerance."""
+    x = torch.nn.Parameter(torch.tensor([2.0], dtype=torch.float64))
+
+    def flat():
+        return 1.0 + 1e-5 * (x - x.detach()).sum()  # the value cannot fall; the gradient is 1e-5
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingWarning)
+        history = minimize(flat, {"x": x}, iterations=50, optimizer="lbfgs")
+    assert history.converged and "rounding noise" in history.reason
