@@ -325,6 +325,10 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         return state["value"] + max(1.0, abs(state["value"])), state["gradient"]
 
     def value_and_gradient(z: np.ndarray) -> tuple[float, np.ndarray]:
+        if "z" in evaluated and np.array_equal(z, evaluated["z"]):
+            # SciPy evaluates its starting point again.
+            assign(z)
+            return evaluated["value"], evaluated["gradient"]
         state["searching"] += 1
         if state["settled"] and state["searching"] > convergence.line_search_evaluations:
             raise _AtRoundingNoise
@@ -344,6 +348,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
                 return refused(FloatingPointError(f"the loss is {value} at the starting parameters"))
         gradient = torch.cat([(parameter.grad if parameter.grad is not None else torch.zeros_like(parameter))
                               .reshape(-1) for parameter in parameters])
+        evaluated["z"] = z.copy()
         evaluated["value"] = value
         evaluated["gradient"] = gradient.detach().double().cpu().numpy() * coordinates.raw_derivative(z)
         return value, evaluated["gradient"]
@@ -382,17 +387,25 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
     history.steepest = float(np.abs(evaluated["gradient"]).max()) if start.size else 0.0
     if history.reason != "iterations":
         return
-    if status == 0:
+    # The gradient test at the last accepted point, projected on the bounds (an entry at a bound
+    # whose gradient points out of the box is stationary there).
+    gradient, at = state["gradient"].copy(), state["x"]
+    lower, upper = (np.array(side, dtype=np.float64) for side in zip(*coordinates.bounds)) \
+        if start.size else (np.zeros(0), np.zeros(0))
+    gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
+    stationary = float(np.abs(gradient).max() if start.size else 0.0) \
+        <= convergence.gradient_tolerance * max(1.0, abs(state["value"]))
+    if status == 0 and stationary:
         history.converged, history.reason = True, message
-    elif status == 2 and (state["settled"] or (
-            float(np.abs(state["gradient"]).max()) if start.size else 0.0)
-            <= convergence.gradient_tolerance * max(1.0, abs(state["value"]))):
+    elif status == 2 and (state["settled"] or stationary):
         # A line search found no decrease after an iteration that met the loss and parameter
         # tests, or from a point that meets the gradient test (e.g. a phase that starts where
         # the last one converged): the loss is at its rounding noise there.
         history.converged = True
         history.reason = "converged (no decrease beyond the objective's rounding noise)"
-    elif status not in (0, 1) and len(history) - 1 < iterations:
+    elif status != 1 and len(history) - 1 < iterations:
+        # SciPy's own tests (e.g. a relative reduction of the loss below ftol) met where the
+        # gradient test is not is no convergence either.
         history.reason = message
 
 

@@ -248,3 +248,29 @@ def test_a_start_that_meets_the_gradient_test_and_cannot_decrease_is_converged()
         warnings.simplefilter("error", TrainingWarning)
         history = minimize(flat, {"x": x}, iterations=50, optimizer="lbfgs")
     assert history.converged and "rounding noise" in history.reason
+
+
+
+def test_scipys_relative_reduction_test_is_no_convergence_where_the_gradient_is_large(monkeypatch):
+    """SciPy may end on its relative-reduction test while the gradient test fails: that is reported, not converged.
+
+    Its ``ftol`` test compares consecutive losses only, so tiny steps (a badly scaled inverse
+    Hessian, a flat direction) end a run far from a stationary point; a stationary point at a
+    bound (gradient pointing out of the box) still counts as converged.
+    """
+    from scipy import optimize
+
+    def stops_at_once(fun, x0, **kwargs):
+        fun(x0)
+        return optimize.OptimizeResult(x=x0, status=0, message="CONVERGENCE: RELATIVE REDUCTION OF F <= FACTR*EPSMCH")
+
+    monkeypatch.setattr(optimize, "minimize", stops_at_once)
+    x = torch.nn.Parameter(torch.tensor([0.0], dtype=torch.float64))
+    with pytest.warns(TrainingWarning, match="RELATIVE REDUCTION"):
+        history = minimize(lambda: ((x - 3.0) ** 2).sum(), {"x": x}, iterations=20, optimizer="lbfgs")
+    assert not history.converged
+    upper = torch.nn.Parameter(torch.tensor([LBFGS_BOUNDS[1]], dtype=torch.float64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingWarning)
+        at_bound = minimize(lambda: (-upper).sum(), {"upper": upper}, iterations=20, optimizer="lbfgs")
+    assert at_bound.converged
