@@ -35,7 +35,7 @@ from ._nodes import node_index_tensor
 from ._random import SeedLike, draw_seed, seeded_torch_rng
 from .kernels.graph_node import GraphNodeKernel, graph_kernels
 from .marginal_likelihood import DenseMarginalLogLikelihood
-from .optimize import Convergence, TrainingHistory, minimize, parameter_constraints
+from .optimize import Convergence, TrainingHistory, check_ending, minimize, parameter_constraints
 from .predictive_variance import VarianceEstimate, check_variance_method, posterior_variance
 from .settings import flush_denormals
 
@@ -278,7 +278,7 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
             lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
             dict(model.named_parameters()), iterations=iterations, lr=lr, optimizer=optimizer,
             convergence=convergence, seed=None if base_seed is None else base_seed + phase,
-            callback=None if callback is None else counted, constraints=parameter_constraints(model)))
+            callback=None if callback is None else counted, constraints=parameter_constraints(model), warn=False))
         history.phases = phase + 1
         return history.reason != "callback"
 
@@ -303,6 +303,8 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
                     break
                 going = train_phase()
                 refit += 1
+        # One report for the whole run: an earlier phase that ended short is followed by more training.
+        check_ending(history, optimizer, iterations, lr, convergence is not None or optimizer == "lbfgs")
         return history
     finally:
         model.train(was_training)

@@ -58,8 +58,8 @@ from torch import Tensor
 from ._random import SeedLike, draw_seed, seeded_torch_rng
 from .progress import progress
 
-__all__ = ["Convergence", "OPTIMIZERS", "TrainingHistory", "TrainingWarning", "check_schedule", "check_training",
-           "minimize", "parameter_constraints"]
+__all__ = ["Convergence", "OPTIMIZERS", "TrainingHistory", "TrainingWarning", "check_ending", "check_schedule",
+           "check_training", "minimize", "parameter_constraints"]
 
 #: The optimisers :func:`minimize` knows.
 OPTIMIZERS = ("adam", "lbfgs")
@@ -164,7 +164,7 @@ def _loss_summary(history: list[float]) -> str:
             f"last {history[-1]:.6g} at step {len(history) - 1}")
 
 
-def check_training(history: list[float], lr: float) -> None:
+def check_training(history: list[float], lr: float, stacklevel: int = 3) -> None:
     r"""Warn (:class:`TrainingWarning`) when a loss history shows diverged or stalled training.
 
     Diverged: the last loss exceeds the first by more than 1 % of
@@ -178,6 +178,7 @@ def check_training(history: list[float], lr: float) -> None:
 
     :param history: Losses, one per step (a :class:`TrainingHistory` says how it ended).
     :param lr: The learning rate used (named in the message).
+    :param stacklevel: Of the warning, counted from this function (3: the caller's caller).
     """
     if len(history) < 2:
         return
@@ -187,12 +188,12 @@ def check_training(history: list[float], lr: float) -> None:
     noise = float(np.std(tail) / math.sqrt(2)) if tail.size > 1 else 0.0
     if last > first + _DIVERGENCE_TOLERANCE * max(1.0, abs(first)) + 3 * noise:
         warnings.warn(f"training diverged: {_loss_summary(history)}; the model keeps its last "
-                      f"parameters. Try a smaller lr than {lr:g}", TrainingWarning, stacklevel=3)
+                      f"parameters. Try a smaller lr than {lr:g}", TrainingWarning, stacklevel=stacklevel)
     elif np.ptp(values) == 0 and not (getattr(history, "converged", False)
                                       and (getattr(history, "steepest", None) or 0.0) > 0.0):
         warnings.warn(f"training stalled: the loss stayed at {first:.6g} for {len(history)} steps "
                       f"(zero gradients?); check lr={lr:g} and which parameters require grad",
-                      TrainingWarning, stacklevel=3)
+                      TrainingWarning, stacklevel=stacklevel)
 
 
 def _flat(parameters: list[torch.nn.Parameter]) -> Tensor:
@@ -469,17 +470,33 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
             raise FloatingPointError(f"parameter {name} became NaN or infinite during training "
                                      f"({_loss_summary(history)}); try a smaller lr than {lr:g}")
     if warn:
-        check_training(history, float(lr))
-        if (convergence is not None or optimizer == "lbfgs") and not history.converged \
-                and history.reason == "iterations" and len(history) > 1:
-            warnings.warn(f"training did not converge in {iterations} {optimizer} iterations "
-                          f"({_loss_summary(history)}); raise iterations", TrainingWarning, stacklevel=2)
-        elif optimizer == "lbfgs" and not history.converged and history.reason not in ("iterations", "callback"):
-            # SciPy gave up (most often a line search that found no decrease along a direction
-            # its gradient called descending) before the stopping rule held.
-            warnings.warn(f"L-BFGS stopped before the stopping rule held: {history.reason} "
-                          f"({_loss_summary(history)}; largest gradient entry {history.steepest:.3g}). The "
-                          "objective's value and gradient may disagree: CG/Lanczos estimates above gpytorch's "
-                          "max_cholesky_size (raise it, or num_trace_samples), or an objective that is not "
-                          "differentiable there", TrainingWarning, stacklevel=2)
+        check_ending(history, optimizer, iterations, float(lr), convergence is not None or optimizer == "lbfgs")
     return history
+
+
+def check_ending(history: TrainingHistory, optimizer: str, iterations: int, lr: float, rule: bool,
+                 stacklevel: int = 3) -> None:
+    """Warn (:class:`TrainingWarning`) about a finished training run that diverged, stalled or did not converge.
+
+    :func:`minimize` calls it (``warn=True``); a fitter that trains in several phases
+    (:func:`gp_couple.models.fit_gp`) calls it once on the whole history, whose ending is its last phase's.
+
+    :param history: The losses and how training ended.
+    :param optimizer: ``"adam"`` or ``"lbfgs"``.
+    :param iterations: The iteration budget (of the last phase).
+    :param lr: The learning rate used (named in the messages).
+    :param rule: Whether a stopping rule applied (L-BFGS always; Adam with a ``convergence``).
+    :param stacklevel: Of the warnings, counted from this function (3: the caller's caller).
+    """
+    check_training(history, lr, stacklevel=stacklevel + 1)
+    if rule and not history.converged and history.reason == "iterations" and len(history) > 1:
+        warnings.warn(f"training did not converge in {iterations} {optimizer} iterations "
+                      f"({_loss_summary(history)}); raise iterations", TrainingWarning, stacklevel=stacklevel)
+    elif optimizer == "lbfgs" and not history.converged and history.reason not in ("iterations", "callback"):
+        # SciPy gave up (most often a line search that found no decrease along a direction
+        # its gradient called descending), or met its own tests, before the stopping rule held.
+        warnings.warn(f"L-BFGS stopped before the stopping rule held: {history.reason} "
+                      f"({_loss_summary(history)}; largest gradient entry {history.steepest:.3g}). The "
+                      "objective's value and gradient may disagree: CG/Lanczos estimates above gpytorch's "
+                      "max_cholesky_size (raise it, or num_trace_samples), or an objective that is not "
+                      "differentiable there", TrainingWarning, stacklevel=stacklevel)

@@ -251,3 +251,32 @@ def test_a_phase_redraws_only_for_a_quarter_more_walkers_or_a_fifth_lower_p_halt
     assert schedule.needs_redraw(1198, 958, 0.1, 0.1)
     assert schedule.needs_redraw(958, 958, 0.08, 0.1)
     assert schedule.needs_redraw(48, 48, 0.05, 0.1)
+
+
+@pytest.mark.parametrize("short", ["first", "every"])
+def test_fit_gp_reports_how_the_whole_run_ended_once(monkeypatch: pytest.MonkeyPatch, short: str) -> None:
+    """A phase that ends before its stopping rule is followed by more training: only the last one counts."""
+    from gp_couple import models
+    from gp_couple.optimize import TrainingWarning
+
+    original, ended = models.minimize, []
+
+    def ending_short(*args, **kwargs):
+        history = original(*args, **kwargs)
+        if short == "every" or not ended:
+            history.converged, history.reason = False, "ABNORMAL: a line search without decrease (simulated)"
+        ended.append(history.reason)
+        return history
+
+    monkeypatch.setattr(models, "minimize", ending_short)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = _fit(_model(schedule=QUICK))
+    reports = [warning for warning in caught if issubclass(warning.category, TrainingWarning)]
+    assert history.phases == len(ended) >= 2
+    if short == "first":
+        assert history.converged and not reports
+    else:
+        assert not history.converged and len(reports) == 1
+        assert "stopped before the stopping rule held" in str(reports[0].message)
+        assert reports[0].filename == __file__  # it points at the caller of fit_gp
