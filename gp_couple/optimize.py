@@ -34,11 +34,14 @@ parameters: training has converged when the loss changed by at most ``loss_toler
 ``parameter_tolerance`` — between consecutive L-BFGS iterations (where, in addition, no
 gradient entry may exceed ``gradient_tolerance``), or between the means of two
 consecutive windows of ``window`` Adam steps (whose losses are noisy). L-BFGS also stops
-when SciPy's own tests (projected gradient, relative reduction) are met, and when a line
-search finds no decrease at the objective's rounding noise (after an iteration that met
-the loss and parameter tests, or from a point that meets the gradient test). Any other
-end SciPy reports before the rule holds (an abnormal line search, usually a gradient
-that disagrees with the value) is not convergence, and :func:`minimize` warns.
+when SciPy's own tests (projected gradient, relative reduction) are met where the gradient
+projected on the bounds meets the gradient test, or is so small that no move within
+``parameter_tolerance`` could lower the loss by ``loss_tolerance``; and when a line search
+finds no decrease at the objective's rounding noise (after an iteration that met the loss
+and parameter tests, or from a point that meets the gradient test). Any other end SciPy
+reports before the rule holds (an abnormal line search, usually a gradient that disagrees
+with the value; tiny steps far from a stationary point) is not convergence, and
+:func:`minimize` warns.
 """
 
 from __future__ import annotations
@@ -394,9 +397,12 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
     lower, upper = (np.array(side, dtype=np.float64) for side in zip(*coordinates.bounds)) \
         if start.size else (np.zeros(0), np.zeros(0))
     gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
-    stationary = float(np.abs(gradient).max() if start.size else 0.0) \
-        <= convergence.gradient_tolerance * max(1.0, abs(state["value"]))
-    if status == 0 and stationary:
+    scale = max(1.0, abs(state["value"]))
+    stationary = float(np.abs(gradient).max() if start.size else 0.0) <= convergence.gradient_tolerance * scale
+    # Where SciPy stopped because the loss no longer falls: no move within the parameter
+    # tolerance could lower it by more than the loss tolerance.
+    flat = float(np.abs(gradient).sum()) * convergence.parameter_tolerance <= convergence.loss_tolerance * scale
+    if status == 0 and (stationary or flat):
         history.converged, history.reason = True, message
     elif status == 2 and (state["settled"] or stationary):
         # A line search found no decrease after an iteration that met the loss and parameter
