@@ -251,9 +251,10 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
         (:class:`gp_couple.optimize.TrainingHistory`).
     :raises FloatingPointError: If the loss or a parameter becomes NaN or infinite (the
         result would be meaningless).
-    :warns TrainingWarning: If training diverged (the last loss is clearly above the
-        first, e.g. because ``lr`` is too large), stalled (the loss never changed) or did
-        not converge within ``iterations`` (see :func:`gp_couple.optimize.check_training`).
+    :warns TrainingWarning: Once for the whole run (:func:`gp_couple.optimize.check_ending`),
+        if training diverged (the last loss is clearly above the first, e.g. because ``lr``
+        is too large), stalled (the loss never changed), or its last phase did not converge
+        within ``iterations`` or ended, by SciPy's decision, before the stopping rule held.
     """
     _check_pair(model, likelihood)
     if callback is not None and not callable(callback):
