@@ -63,6 +63,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _measure import emit_report  # noqa: E402
+from bench_convergence import _hyper, _model, _set  # noqa: E402
 from bench_graph_gp_accuracy import problem  # noqa: E402
 
 OBJECTIVES = ("walks", "two_sets", "bias_corrected", "exact")
@@ -91,27 +92,6 @@ def _loss(kernel: Any, targets: Any, outputscale: Any, noise: Any, difference: A
     return value / n
 
 
-def _hyperparameters(model: Any, likelihood: Any) -> dict[str, float]:
-    return {"outputscale": float(model.covar_module.outputscale.detach()),
-            "gamma": float(model.covar_module.base_kernel.kernel_family.gamma.detach()),
-            "noise": float(likelihood.noise.detach())}
-
-
-def _model(graph: Any, train: np.ndarray, targets: Any, base: Any) -> tuple[Any, Any]:
-    import gpytorch
-
-    from gp_couple import GraphGP
-
-    likelihood = gpytorch.likelihoods.GaussianLikelihood()
-    return GraphGP(train, targets, likelihood, gpytorch.kernels.ScaleKernel(base)), likelihood
-
-
-def _set(model: Any, likelihood: Any, hyper: dict[str, float]) -> None:
-    model.covar_module.outputscale = hyper["outputscale"]
-    model.covar_module.base_kernel.kernel_family.gamma = hyper["gamma"]
-    likelihood.noise = hyper["noise"]
-
-
 def run(spec: str, seed: int, second_seed: int, iterations: int) -> dict[str, Any]:
     import torch
 
@@ -124,22 +104,22 @@ def run(spec: str, seed: int, second_seed: int, iterations: int) -> dict[str, An
 
     began = time.process_time()
     defaults = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed)
-    model, likelihood = _model(graph, train, targets, defaults)
+    model, likelihood = _model(graph, train, observed, defaults)
     with grf_gp_settings():
         history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
-    found = _hyperparameters(model, likelihood)
+    found = _hyper(model, likelihood)
     result["defaults"] = {**found, "converged": history.converged, "walkers": defaults.num_walkers,
                           "p_halt": defaults.p_halt, "gram_error_estimate": defaults.gram_error_estimate,
                           "cpu_s": time.process_time() - began}
 
     exact_runs = []
     for start in (None, found):
-        exact_model, exact_likelihood = _model(graph, train, targets, ExactGraphKernel(graph, Diffusion(1.0)))
+        exact_model, exact_likelihood = _model(graph, train, observed, ExactGraphKernel(graph, Diffusion(1.0)))
         if start is not None:
             _set(exact_model, exact_likelihood, start)
         with grf_gp_settings():
             exact_history = fit_gp(exact_model, exact_likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
-        exact_runs.append((exact_history[-1], _hyperparameters(exact_model, exact_likelihood),
+        exact_runs.append((exact_history[-1], _hyper(exact_model, exact_likelihood),
                            "default" if start is None else "defaults' point"))
     exact_runs.sort(key=lambda run: run[0])
     exact_hyper = exact_runs[0][1]
@@ -179,7 +159,7 @@ def run(spec: str, seed: int, second_seed: int, iterations: int) -> dict[str, An
                           constraints=parameter_constraints(model), seed=seed)
         with torch.no_grad():
             exact_here = float(objective("exact")())
-        hyper = _hyperparameters(model, likelihood)
+        hyper = _hyper(model, likelihood)
         result[name] = {**hyper, "ratio_to_exact": {key: hyper[key] / exact_hyper[key] for key in HYPERPARAMETERS},
                         "exact_loss_above_optimum": exact_here - exact_optimum, "converged": fitted.converged,
                         "iterations": len(fitted), "cpu_s": time.process_time() - began}

@@ -130,7 +130,7 @@ class TrainingHistory(list):
     :ivar evaluations: Objective evaluations (L-BFGS line searches evaluate more than once per iteration).
     :ivar phases: Training phases run (:func:`gp_couple.models.fit_gp` trains again after a
         kernel redraws its walks; the losses of all phases follow one another).
-    :ivar steepest: L-BFGS only: the largest gradient entry at the last evaluation
+    :ivar steepest: L-BFGS only: the largest gradient entry at the last accepted point
         (``None`` for Adam).
     """
 
@@ -388,17 +388,17 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         status, message, final = 2, "line search", state["x"]
     # SciPy returns the last point it accepted, not the last one evaluated.
     assign(final)
-    history.steepest = float(np.abs(evaluated["gradient"]).max()) if start.size else 0.0
+    history.steepest = float(np.abs(state["gradient"]).max(initial=0.0))
     if history.reason != "iterations":
         return
     # The gradient test at the last accepted point, projected on the bounds (an entry at a bound
     # whose gradient points out of the box is stationary there).
     gradient, at = state["gradient"].copy(), state["x"]
-    lower, upper = (np.array(side, dtype=np.float64) for side in zip(*coordinates.bounds)) \
-        if start.size else (np.zeros(0), np.zeros(0))
+    lower = np.array([low for low, _ in coordinates.bounds], dtype=np.float64)
+    upper = np.array([high for _, high in coordinates.bounds], dtype=np.float64)
     gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
     scale = max(1.0, abs(state["value"]))
-    stationary = float(np.abs(gradient).max() if start.size else 0.0) <= convergence.gradient_tolerance * scale
+    stationary = float(np.abs(gradient).max(initial=0.0)) <= convergence.gradient_tolerance * scale
     # Where SciPy stopped because the loss no longer falls: no move within the parameter
     # tolerance could lower it by more than the loss tolerance.
     flat = float(np.abs(gradient).sum()) * convergence.parameter_tolerance <= convergence.loss_tolerance * scale

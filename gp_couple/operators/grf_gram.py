@@ -159,13 +159,9 @@ def _gram_gradient(pattern: CSRPattern, other_pattern: CSRPattern, other_values:
 
 
 def _column_counts(pattern: CSRPattern) -> Tensor:
-    """Stored entries per column of ``pattern`` (kept with the pattern)."""
+    r"""Stored entries per column of ``pattern`` (kept with the pattern): :math:`\sum_c n^A_c n^B_c` of two
+    patterns is the multiply-adds of the compiled :math:`\Phi_A\Phi_B^\top`."""
     return pattern.derived("column_counts", lambda: torch.bincount(pattern.columns, minlength=pattern.num_columns))
-
-
-def _column_product_work(left: CSRPattern, right: CSRPattern) -> int:
-    r""":math:`\sum_c n^A_c n^B_c`, the multiply-adds of the compiled :math:`\Phi_A\Phi_B^\top`."""
-    return int((_column_counts(left) * _column_counts(right)).sum())
 
 
 def _dense_product(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOperator) -> Tensor:
@@ -182,18 +178,20 @@ def _dense_product(left: SparseFeatureLinearOperator, right: SparseFeatureLinear
     :data:`_DENSE_CHUNK_ENTRIES` numbers, whatever :math:`N`), and the other side is
     multiplied into it as a sparse matrix restricted to those nodes.
     """
-    left_compact, right_compact, union = left.pattern.joint_compact(right.pattern)
     symmetric = left is right
-    fits = (left.size(-2) + (0 if symmetric else right.size(-2))) * union.numel() <= _DENSE_CHUNK_ENTRIES
+    left_counts, right_counts = _column_counts(left.pattern), _column_counts(right.pattern)
+    # The nodes either side visits, counted without relabelling the patterns onto them.
+    union_size = int(((left_counts > 0) | (right_counts > 0)).sum())
+    fits = (left.size(-2) + (0 if symmetric else right.size(-2))) * union_size <= _DENSE_CHUNK_ENTRIES
     compiled = left.values.device.type == "cpu" and left.values.dtype in _COMPILED_DTYPES and (symmetric or (
         right.values.device == left.values.device and right.values.dtype == left.values.dtype
-        and right.values.shape[:-1] == left.values.shape[:-1]
-        and right.pattern.num_columns == left.pattern.num_columns))
-    if compiled and not (fits and left.size(-2) * right.size(-2) * union.numel()
-                         <= _DENSE_PRODUCT_ADVANTAGE * _column_product_work(left.pattern, right.pattern)):
+        and right.values.shape[:-1] == left.values.shape[:-1]))
+    if compiled and not (fits and left.size(-2) * right.size(-2) * union_size
+                         <= _DENSE_PRODUCT_ADVANTAGE * int((left_counts * right_counts).sum())):
         return _CompiledGram.apply(left.values, left.pattern, None if symmetric else right.values,
                                    None if symmetric else right.pattern)
     if fits:
+        left_compact, right_compact, _ = left.pattern.joint_compact(right.pattern)
         dense_left = _densified(left.values, left_compact)
         if symmetric:
             return _SymmetricGram.apply(dense_left)
