@@ -31,7 +31,8 @@ block Krylov with a residual bound above). Methods, each in a fresh subprocess:
   :func:`gp_couple.models.predict` on the walks ``fit_gp`` leaves, all under
   ``grf_gp_settings()``;
   ``--predict-tolerance`` and ``--max-predict-walkers`` change those two fields of its
-  schedule (the prediction walks' accuracy);
+  schedule (the prediction walks' accuracy), ``--no-bias-correction`` trains its rounds on
+  the prediction walks on the plain likelihood;
 * ``exact_at_defaults`` (diagnosis): the exact kernel at the ``defaults`` model's learnt
   hyperparameters (its training drift alone);
 * ``adam300`` (the schedule this replaced, for its wall time): 48 antithetic repelling
@@ -235,10 +236,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="the defaults model's WalkSchedule.predict_tolerance (default: the schedule's)")
     parser.add_argument("--max-predict-walkers", type=int, default=None,
                         help="the defaults model's WalkSchedule.max_predict_walkers (default: the schedule's)")
+    parser.add_argument("--no-bias-correction", action="store_true",
+                        help="the defaults model's WalkSchedule.bias_correction off (the plain likelihood)")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
     schedule_options = {name: value for name, value in (("predict_tolerance", args.predict_tolerance),
-                                                        ("max_predict_walkers", args.max_predict_walkers))
+                                                        ("max_predict_walkers", args.max_predict_walkers),
+                                                        ("bias_correction", False if args.no_bias_correction else None))
                         if value is not None} or None
     saved = []
     for path in args.exact_from:

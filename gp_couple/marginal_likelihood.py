@@ -28,11 +28,35 @@ by :math:`n`; CG/Lanczos above ``max_cholesky_size``). It is the objective of
 :func:`gp_couple.models.fit_gp`. An exact objective with its exact gradient also suits
 L-BFGS, whose line searches need the two to agree: on CG/Lanczos objectives they spend
 several evaluations per iteration.
+
+**The bias-corrected likelihood.** In the training rounds on a GRF kernel's prediction walks
+(:class:`~gp_couple.kernels.walk_schedule.WalkSchedule`, ``bias_correction``), the kernel
+evaluates the training covariance as the mean :math:`\bar{\mathbf K}` of two independent
+estimates and hands over their difference :math:`\mathbf D`
+(:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.estimate_difference`). With
+:math:`\mathbf H = s\mathbf D` (:math:`s` the output scale of a
+:class:`~gpytorch.kernels.ScaleKernel` around the GRF kernel), the objective is then
+
+.. math::
+
+    \log p(\mathbf y \mid \theta)
+    + \tfrac18\,\boldsymbol\alpha^\top\mathbf H\mathbf C^{-1}\mathbf H\boldsymbol\alpha
+    - \tfrac1{16}\operatorname{tr}(\mathbf C^{-1}\mathbf H\mathbf C^{-1}\mathbf H),
+    \qquad \mathbf C = s\bar{\mathbf K} + \sigma^2\mathbf I,
+
+unbiased for the exact log-likelihood to second order in the estimate's error (the
+expansion is in :mod:`gp_couple.kernels.walk_schedule`; :math:`\mathbf D`'s second moment
+is four times that of :math:`\bar{\mathbf K}`'s error). The trace is estimated with
+:data:`BIAS_PROBES` fixed Rademacher vectors :math:`\mathbf z_i`, as
+:math:`\tfrac1p\sum_i\mathbf z_i^\top\mathbf C^{-1}\mathbf H\mathbf C^{-1}\mathbf H\mathbf z_i`
+(the same vectors at every evaluation, so the
+objective stays deterministic); the gradient is in closed form, as for the plain likelihood.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import gpytorch
@@ -44,7 +68,81 @@ from torch import Tensor
 
 from .kernels.graph_node import graph_kernels
 
-__all__ = ["DenseMarginalLogLikelihood"]
+__all__ = ["BIAS_PROBES", "BiasCorrectionWarning", "DenseMarginalLogLikelihood"]
+
+#: Probe vectors of the trace in the bias-corrected likelihood.
+BIAS_PROBES = 32
+#: Seed of those probe vectors (fixed: the objective is deterministic).
+_PROBE_SEED = 0
+
+
+class BiasCorrectionWarning(RuntimeWarning):
+    """A GRF kernel's bias correction could not be applied to this model's covariance."""
+
+
+class _BiasCorrectedGaussian(torch.autograd.Function):
+    r"""Twice the corrected negative log-likelihood, less :math:`n\log 2\pi`.
+
+    That is :math:`\mathbf r^\top\mathbf C^{-1}\mathbf r + \log\det\mathbf C - \tfrac14 q + \tfrac18\hat t`, with
+    :math:`q = \boldsymbol\alpha^\top\mathbf H\mathbf C^{-1}\mathbf H\boldsymbol\alpha` and
+    :math:`\hat t = \tfrac1p\sum_i \mathbf z_i^\top\mathbf C^{-1}\mathbf H\mathbf C^{-1}\mathbf H\mathbf z_i`
+    (Hutchinson's estimate of :math:`\operatorname{tr}(\mathbf C^{-1}\mathbf H\mathbf C^{-1}\mathbf H)`).
+    Both depend on :math:`\mathbf C` only through :math:`\mathbf C^{-1}`, so the backward
+    is :meth:`_GaussianQuadraticAndLogdet.backward`'s :math:`\mathbf C^{-1} -
+    \boldsymbol\alpha\boldsymbol\alpha^\top` plus outer products of :math:`n \times p`
+    blocks: with :math:`\mathbf w = \mathbf C^{-1}\mathbf H\boldsymbol\alpha`,
+    :math:`\mathbf v = \mathbf C^{-1}\mathbf H\mathbf w`, :math:`\mathbf B = \mathbf C^{-1}\mathbf Z`,
+    :math:`\mathbf A = \mathbf C^{-1}\mathbf H\mathbf Z`,
+    :math:`\mathbf P = \mathbf C^{-1}\mathbf H\mathbf A` and
+    :math:`\mathbf Q = \mathbf C^{-1}\mathbf H\mathbf B`,
+
+    .. math::
+
+        \mathrm d q = -2\boldsymbol\alpha^\top\mathrm d\mathbf C\,\mathbf v
+        - \mathbf w^\top\mathrm d\mathbf C\,\mathbf w + 2\boldsymbol\alpha^\top\mathrm d\mathbf H\,\mathbf w
+        + 2\,\mathrm d\mathbf r^\top\mathbf v,
+        \qquad
+        p\,\mathrm d\hat t = \operatorname{tr}\big(-\mathbf P\mathbf B^\top\mathrm d\mathbf C
+        - \mathbf A\mathbf Q^\top\mathrm d\mathbf C + \mathbf A\mathbf B^\top\mathrm d\mathbf H
+        + \mathbf Z\mathbf Q^\top\mathrm d\mathbf H\big).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, covariance: Tensor, residual: Tensor, perturbation: Tensor, probes: Tensor) -> Tensor:
+        factor = psd_safe_cholesky(covariance)
+        alpha = torch.cholesky_solve(residual.unsqueeze(-1), factor)
+        moved = perturbation @ alpha
+        solved = torch.cholesky_solve(torch.cat([moved, probes, perturbation @ probes], dim=-1), factor)
+        count = probes.shape[-1]
+        w, b, a = solved[:, :1], solved[:, 1:1 + count], solved[:, 1 + count:]
+        ctx.save_for_backward(factor, alpha, w, b, a, perturbation, probes)
+        quadratic = (residual.unsqueeze(-1) * alpha).sum()
+        logdet = 2 * factor.diagonal().log().sum()
+        second = (moved * w).sum()
+        trace = (b * (perturbation @ a)).sum() / count
+        return quadratic + logdet - second / 4 + trace / 8
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
+        factor, alpha, w, b, a, perturbation, probes = ctx.saved_tensors
+        count = probes.shape[-1]
+        # v, P, Q of the docstring in one solve.
+        again = torch.cholesky_solve(perturbation @ torch.cat([w, a, b], dim=-1), factor)
+        v, p_block, q_block = again[:, :1], again[:, 1:1 + count], again[:, 1 + count:]
+        grad_covariance = grad_perturbation = grad_residual = None
+        if ctx.needs_input_grad[0]:
+            left = torch.cat([alpha, w, p_block, a], dim=-1)
+            right = torch.cat([v / 2 - alpha, w / 4, -b / (8 * count), -q_block / (8 * count)], dim=-1)
+            grad_covariance = torch.cholesky_inverse(factor).addmm_(left, right.mT)
+            grad_covariance = (grad_covariance + grad_covariance.mT).mul_(grad / 2)
+        if ctx.needs_input_grad[2]:
+            left = torch.cat([alpha, a, probes], dim=-1)
+            right = torch.cat([-w / 2, b / (8 * count), q_block / (8 * count)], dim=-1)
+            grad_perturbation = left @ right.mT
+            grad_perturbation = (grad_perturbation + grad_perturbation.mT).mul_(grad / 2)
+        if ctx.needs_input_grad[1]:
+            grad_residual = (2 * alpha - v / 2).squeeze(-1) * grad
+        return grad_covariance, grad_residual, grad_perturbation, None
 
 
 class _GaussianQuadraticAndLogdet(torch.autograd.Function):
@@ -110,9 +208,15 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
                 return super().forward(function_dist, target, *params, **kwargs)
         output = self.likelihood(function_dist, *params, **kwargs)
         operator = output.lazy_covariance_matrix.evaluate_kernel()
+        perturbation = self._perturbation()
         if type(operator).inv_quad_logdet is not LinearOperator.inv_quad_logdet:
             # A solver of its own (low rank plus diagonal, Kronecker, ...): gpytorch's log density.
             result = output.log_prob(target)
+        elif perturbation is not None and target.ndim == 1:
+            covariance = operator.to_dense()
+            terms = _BiasCorrectedGaussian.apply(covariance, target - output.mean, perturbation,
+                                                 self._probes(num_data, covariance))
+            result = -0.5 * (terms + num_data * math.log(2 * math.pi))
         else:
             covariance = operator.to_dense()
             residual = target - output.mean
@@ -123,6 +227,37 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
             result = -0.5 * (quadratic + logdet + num_data * math.log(2 * math.pi))
         result = self._add_other_terms(result, params)
         return result.div_(num_data)
+
+    def _perturbation(self) -> Tensor | None:
+        r""":math:`\mathbf H = s\mathbf D` of a GRF kernel's paired evaluation, or ``None``."""
+        differences = [(kernel, difference) for kernel in graph_kernels(self.model)
+                       if (difference := kernel.estimate_difference()) is not None]
+        if not differences:
+            return None
+        covar_module = getattr(self.model, "covar_module", None)
+        if len(differences) == 1:
+            kernel, difference = differences[0]
+            if covar_module is kernel:
+                return difference
+            if (isinstance(covar_module, gpytorch.kernels.ScaleKernel) and covar_module.base_kernel is kernel
+                    and covar_module.outputscale.ndim == 0):
+                return covar_module.outputscale * difference
+        if not getattr(self, "_bias_warned", False):
+            self._bias_warned = True
+            warnings.warn("the GRF likelihood's bias correction needs a model whose covariance is one GRFKernel, "
+                          "optionally inside a ScaleKernel without batch dimensions; this model trains on the mean of "
+                          "two walk draws without it", BiasCorrectionWarning, stacklevel=2)
+        return None
+
+    def _probes(self, size: int, like: Tensor) -> Tensor:
+        """The fixed Rademacher probe vectors (``size`` x :data:`BIAS_PROBES`) of the trace."""
+        cached = getattr(self, "_probe_cache", None)
+        if cached is None or cached.shape[0] != size or cached.dtype != like.dtype or cached.device != like.device:
+            generator = torch.Generator().manual_seed(_PROBE_SEED)
+            signs = torch.randint(0, 2, (size, BIAS_PROBES), generator=generator)
+            cached = (2 * signs - 1).to(dtype=like.dtype, device=like.device)
+            self._probe_cache = cached
+        return cached
 
     def _dense_solves_pay(self) -> bool:
         """Whether every graph kernel of the model finds a dense factor of the training covariance cheaper than CG."""

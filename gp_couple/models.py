@@ -310,6 +310,7 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     finally:
         model.train(was_training)
         for kernel in kernels:
+            kernel.finish_training()
             kernel.check_estimator()
 
 

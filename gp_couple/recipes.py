@@ -50,7 +50,8 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
                train_tolerance: float = TRAIN_GRAM_TOLERANCE, predict_walkers: int | None = None,
                max_predict_walkers: int = MAX_PREDICT_WALKERS, predict_tolerance: float = PREDICT_GRAM_TOLERANCE,
                p_halt: float = TRAIN_P_HALT, phases: int = MAX_PHASES, sigma_fit_samples: int = SIGMA_FIT_SAMPLES,
-               refits: int = REFITS, refit_tolerance: float = REFIT_TOLERANCE, seed: SeedLike = 0,
+               refits: int = REFITS, refit_tolerance: float = REFIT_TOLERANCE, bias_correction: bool = True,
+               seed: SeedLike = 0,
                device: torch.device | str | None = None) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood]:
     r"""Train a GRF-GP to convergence with walks that follow the learnt range, and make it ready to predict.
 
@@ -84,6 +85,8 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
     :param refits: Most training rounds on the prediction walks (0: none).
     :param refit_tolerance: Relative change of the kernel's hyperparameters in such a round
         above which the prediction walks are redrawn for the new ones.
+    :param bias_correction: Train those rounds on the likelihood corrected for the
+        estimate's second-order bias (:mod:`gp_couple.kernels.walk_schedule`).
     :param seed: Seed of the walks, the CG probes, the error estimates and the sigma fit.
     :param device: Torch device of the model (default the CPU; walks are sampled on the CPU
         and moved there once).
@@ -99,7 +102,7 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
     schedule = WalkSchedule(train_tolerance=train_tolerance, max_train_walkers=max_train_walkers, phases=phases,
                             predict_walkers=predict_walkers, predict_tolerance=predict_tolerance,
                             max_predict_walkers=max_predict_walkers, sigma_fit_samples=sigma_fit_samples,
-                            refits=refits, refit_tolerance=refit_tolerance)
+                            refits=refits, refit_tolerance=refit_tolerance, bias_correction=bias_correction)
     base_seed = draw_seed(seed)
     train = node_index_array(train_nodes, "train_nodes", graph.num_nodes)
     rows = np.union1d(train, node_index_array(predict_nodes, "predict_nodes", graph.num_nodes))

@@ -195,6 +195,22 @@ class GraphNodeKernel(Kernel):
         """
         return False
 
+    def finish_training(self) -> None:
+        """Drop what only training needed (exact kernels: nothing).
+
+        Called by :func:`gp_couple.models.fit_gp` when it returns or raises; randomised
+        kernels override it (:meth:`gp_couple.kernels.grf_kernel.GRFKernel.finish_training`).
+        """
+
+    def estimate_difference(self) -> Tensor | None:
+        """The error proxy of a bias-corrected training evaluation, taken once (exact kernels: ``None``).
+
+        :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood` asks every graph
+        kernel after it evaluates the training covariance; randomised kernels override it
+        (:meth:`gp_couple.kernels.grf_kernel.GRFKernel.estimate_difference`).
+        """
+        return None
+
     def covered_nodes(self) -> Tensor | None:
         """The nodes this kernel can be evaluated at (int64 ``(m,)``), or ``None`` for every node.
 

@@ -39,9 +39,10 @@ import warnings
 from copy import deepcopy
 from typing import Any
 
+import gpytorch
 import numpy as np
 import torch
-from linear_operator.operators import LinearOperator
+from linear_operator.operators import DenseLinearOperator, LinearOperator
 from torch import Tensor
 
 from .._checks import check_even_walkers, check_fraction, check_int, check_p_halt, is_int
@@ -91,6 +92,8 @@ TRAIN_P_HALT = 0.1
 PREDICT_WALKERS = 512
 #: Rows of the subset on which :meth:`GRFKernel.estimate_gram_error` compares two draws.
 GRAM_ERROR_ROWS = 256
+#: Stream of the seed of the second draw in bias-corrected training rounds (with the kernel's seed).
+PAIR_STREAM = 2
 #: Order of the σ-coupling fitted for prediction (the paper's value for GPs).
 SIGMA_ORDER = 50
 #: Significant digits of the hyperparameters a σ-coupling is fitted at (see :func:`_rounded`).
@@ -411,12 +414,26 @@ class GRFKernel(GraphNodeKernel):
         round on those walks (``refit`` 1, 2, ...) it redraws them if the round moved a
         kernel-family hyperparameter by more than ``schedule.refit_tolerance``
         (:func:`~gp_couple.kernels.walk_schedule.hyperparameter_change`) since they were
-        drawn. Does nothing without a schedule or when ``schedule.predict`` is off.
+        drawn. Does nothing without a schedule or when ``schedule.predict`` is off. When a
+        round follows and ``schedule.bias_correction`` is on, the kernel pairs its training
+        rows with a second, independent draw for that round (:meth:`estimate_difference`),
+        provided the prediction walks reach ``schedule.predict_tolerance``: the correction is
+        a second-order expansion in the estimate's error, and walks capped above the
+        tolerance (by ``schedule.max_predict_walkers`` or memory, with a
+        :class:`~gp_couple.kernels.walk_schedule.GramToleranceWarning`) train on the plain
+        likelihood.
 
         :param refit: Training rounds run on prediction walks so far.
         :return: Whether the walks were just drawn and ``schedule.refits`` allows another
             training round on them.
         """
+        another = self._draw_prediction_walks(refit)
+        self.finish_training()
+        self._pairing = (another and self.schedule.bias_correction
+                         and self.gram_error_estimate <= self.schedule.predict_tolerance)
+        return another
+
+    def _draw_prediction_walks(self, refit: int) -> bool:
         schedule = self.schedule
         if schedule is None or not schedule.predict:
             return False
@@ -436,6 +453,58 @@ class GRFKernel(GraphNodeKernel):
                           schedule.max_predict_walkers)
         return refit < schedule.refits
 
+    def finish_training(self) -> None:
+        """Drop the second draw of the bias-corrected training rounds (:meth:`estimate_difference`)."""
+        self._pairing = False
+        self._difference: Tensor | None = None
+        self._cache.pop("pair", None)
+
+    def estimate_difference(self) -> Tensor | None:
+        r"""The difference :math:`\widehat{\mathbf K}_1 - \widehat{\mathbf K}_2` of the last paired training evaluation.
+
+        In a bias-corrected training round (:class:`~gp_couple.kernels.walk_schedule.WalkSchedule`,
+        ``bias_correction``), the training covariance is the mean :math:`\bar{\mathbf K}`
+        of two independent estimates at the training nodes: the kernel's own walks and a
+        second draw of the same configuration (another seed), made at the first training
+        evaluation of the round and dropped when training ends. Their difference, kept by
+        that evaluation (and differentiable in the hyperparameters), estimates the error of
+        :math:`\bar{\mathbf K}`: its second moment is four times that error's.
+        :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood` takes it (once per
+        evaluation) to correct the likelihood's second-order bias.
+
+        :return: The dense difference, or ``None`` when the last evaluation was not paired
+            (outside those rounds, in eval mode, or on a training set that is solved by CG).
+        """
+        difference, self._difference = self._difference, None
+        return difference
+
+    def _paired_gram(self, nodes: Tensor, gram: GRFGramLinearOperator) -> LinearOperator | None:
+        """The mean of this estimate and the paired draw's on training ``nodes``, keeping their difference."""
+        pattern = self._selection(nodes, "x1")[0]
+        if (nodes.numel() > gpytorch.settings.max_cholesky_size.value()
+                or not dense_factor_pays(pattern.num_rows, pattern.nnz)):
+            return None
+
+        def draw() -> tuple[CSRPattern, StepMatrix, int]:
+            # Walks of the same configuration from another seed, at the training nodes only:
+            # neither saved nor trained (their values follow this kernel's family).
+            rows = np.unique(nodes.cpu().numpy())
+            pair_seed = int(np.random.default_rng([self.seed, PAIR_STREAM]).integers(2**62))
+            features = self._sample(self._config(), pair_seed, rows, self.features_weights.dtype,
+                                    self.features_weights.device)
+            positions = torch.searchsorted(torch.as_tensor(rows, device=nodes.device), nodes)
+            pattern, slots = features.pattern.select_rows(positions.to(self.features_weights.device))
+            return pattern, features.step_matrix(slots), features.num_terms
+
+        pairs: InputCache = self._cached("pair", InputCache)
+        hit = pairs.get(nodes)
+        pattern, steps, num_terms = pairs.put(nodes, draw()) if hit is None else hit
+        values = steps.values(self.kernel_family.modulation(num_terms))
+        own = gram.to_dense()
+        other = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=pattern)).to_dense()
+        self._difference = own - other
+        return DenseLinearOperator((own + other) / 2)
+
     def _set_config(self, config: dict[str, Any], seed: int) -> None:
         self._halting_warned = False
         #: The kernel-family hyperparameters (:meth:`~gp_couple.kernel_families.KernelFamily.hyperparameters`)
@@ -450,6 +519,12 @@ class GRFKernel(GraphNodeKernel):
         self.proposal: NeighbourProposal = config["proposal"]
         self.directions: DirectionCoupling = config["directions"]
         self.seed: int = seed
+        self.finish_training()
+
+    def _config(self) -> dict[str, Any]:
+        """The current walk configuration (as :func:`_walk_config` returns it)."""
+        return {"num_walkers": self.num_walkers, "p_halt": self.p_halt, "coupling": self.coupling,
+                "max_length": self.max_length, "proposal": self.proposal, "directions": self.directions}
 
     def _check_nodes(self, nodes: Any) -> np.ndarray | None:
         """The ``nodes`` argument: ``None`` (every node) or distinct node indices."""
@@ -473,9 +548,7 @@ class GRFKernel(GraphNodeKernel):
         :param nodes: Validated int64 node indices (distinct).
         :param dtype: Dtype of the weights (default: the kernel's).
         """
-        config = {"num_walkers": self.num_walkers, "p_halt": self.p_halt, "coupling": self.coupling,
-                  "max_length": self.max_length, "proposal": self.proposal, "directions": self.directions}
-        return self._sample(config, self.seed, nodes, self.features_weights.dtype if dtype is None else dtype,
+        return self._sample(self._config(), self.seed, nodes, self.features_weights.dtype if dtype is None else dtype,
                             torch.device("cpu"))
 
     def resample(self, seed: SeedLike = None, *, nodes: Any = "keep", num_walkers: int | None = None,
@@ -758,6 +831,10 @@ class GRFKernel(GraphNodeKernel):
             right = left if same else self.feature_operator(nodes2, name="x2")
             batch = self._output_batch(left.values.shape[:-1], x1, x2)
         gram = GRFGramLinearOperator(left) if right is left else GRFGramLinearOperator(left, right)
+        if self._pairing and self.training and right is left and not diag and nodes1.ndim == 1 and not batch:
+            paired = self._paired_gram(nodes1, gram)
+            if paired is not None:
+                return paired
         if diag:
             if nodes1.shape[-1] != nodes2.shape[-1]:
                 raise ValueError(f"diag=True needs x1 and x2 of equal length, got {nodes1.shape[-1]} "

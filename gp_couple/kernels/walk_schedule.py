@@ -28,6 +28,8 @@ carries a schedule (its constructor's default), and :func:`gp_couple.models.fit_
    :attr:`WalkSchedule.refits` times. The hyperparameters a model ends with are then a
    stationary point of the likelihood on walks drawn for those same hyperparameters, and
    accurate to the prediction tolerance rather than the coarser training one.
+   With :attr:`WalkSchedule.bias_correction` (the default), these rounds train on the
+   likelihood corrected for the estimate's second-order bias (below).
 
 The last step is the likelihood's own stopping rule. A relative Frobenius Gram error of
 a few per cent is enough to locate short ranges, but a long-range kernel's small
@@ -36,6 +38,25 @@ coarse walks the likelihood trades range and output scale for noise. The predict
 walks are far more accurate (:math:`\sigma`-coupled lengths, as many walkers as the
 prediction tolerance needs), and a round that no longer moves the hyperparameters shows
 that the walks are accurate enough for them.
+
+**The likelihood's second-order bias.** An unbiased estimate :math:`\widehat{\mathbf K} =
+\mathbf K + \mathbf E` still biases the likelihood, which is not linear in it: to second
+order, with :math:`\mathbf C = s\widehat{\mathbf K} + \sigma^2\mathbf I`,
+:math:`\mathbf H = s\mathbf E` and :math:`\boldsymbol\alpha = \mathbf C^{-1}\mathbf y`,
+the expected negative log-likelihood exceeds the exact one by
+:math:`\tfrac12\mathbb E\,\boldsymbol\alpha^\top\mathbf H\mathbf C^{-1}\mathbf H\boldsymbol\alpha
+- \tfrac14\mathbb E\operatorname{tr}(\mathbf C^{-1}\mathbf H\mathbf C^{-1}\mathbf H)`, about
+:math:`\tfrac14\operatorname{tr}(\mathbf C^{-1}\mathbf H\mathbf C^{-1}\mathbf H)` where the
+data follow the model. It grows like :math:`(s/\sigma^2)^2` in the kernel's eigendirections
+below the noise, and the likelihood pays it with a lower output scale. In the rounds on the
+prediction walks the kernel therefore pairs its walks at the training nodes with a second,
+independent draw of the same configuration
+(:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.prepare_prediction`), trains on their mean
+:math:`\bar{\mathbf K}`, and subtracts the bias estimated from their difference
+:math:`\mathbf D = \widehat{\mathbf K}_1 - \widehat{\mathbf K}_2`, whose second moment is
+four times that of the error of :math:`\bar{\mathbf K}`
+(:class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`). The second draw is
+dropped when training ends: the model predicts with the prediction walks.
 
 The cost follows the range the data support: short-range kernels keep their first walks,
 long-range ones get longer walks and more walkers. A kernel built with ``schedule=None``
@@ -152,6 +173,10 @@ class WalkSchedule:
     :param refit_tolerance: Relative change of a kernel-family hyperparameter
         (:func:`hyperparameter_change`) in a round on the prediction walks above which they
         are redrawn for the new hyperparameters (and trained on again while rounds remain).
+    :param bias_correction: Train the rounds on the prediction walks on the likelihood
+        corrected for the estimate's second-order bias (module docstring), from a second,
+        independent draw at the training nodes; ``False`` trains them on the plain likelihood
+        of the prediction walks.
     :raises TypeError: If a count is not an int or a tolerance not a number.
     :raises ValueError: If a walker count is odd or below 2, a tolerance is not in (0, 1),
         a count is below 1 or ``refits`` is negative.
@@ -167,14 +192,13 @@ class WalkSchedule:
     sigma_fit_samples: int = SIGMA_FIT_SAMPLES
     refits: int = REFITS
     refit_tolerance: float = REFIT_TOLERANCE
+    bias_correction: bool = True
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__
         set_field(self, "train_tolerance", check_fraction("train_tolerance", self.train_tolerance))
         set_field(self, "max_train_walkers", check_even_walkers("max_train_walkers", self.max_train_walkers))
         set_field(self, "phases", check_int("phases", self.phases, 1))
-        if not isinstance(self.predict, bool):
-            raise TypeError(f"predict must be a bool, got {type(self.predict).__name__}")
         if self.predict_walkers is not None:
             set_field(self, "predict_walkers", check_even_walkers("predict_walkers", self.predict_walkers))
         set_field(self, "predict_tolerance", check_fraction("predict_tolerance", self.predict_tolerance))
@@ -182,6 +206,9 @@ class WalkSchedule:
         set_field(self, "sigma_fit_samples", check_int("sigma_fit_samples", self.sigma_fit_samples, 1))
         set_field(self, "refits", check_int("refits", self.refits, 0))
         set_field(self, "refit_tolerance", check_fraction("refit_tolerance", self.refit_tolerance))
+        for name in ("predict", "bias_correction"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (:meth:`from_dict` restores it)."""

@@ -133,6 +133,7 @@ def test_the_same_seed_gives_the_same_schedule_and_fit_grf_gp_is_that_model():
     ({"refits": -1}, ValueError, "refits"),
     ({"refits": 1.0}, TypeError, "refits"),
     ({"refit_tolerance": 0.0}, ValueError, "refit_tolerance"),
+    ({"bias_correction": 1}, TypeError, "bias_correction must be a bool"),
 ])
 def test_bad_schedules_are_refused(kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -222,25 +223,66 @@ def _long_range_draw(seed: int) -> tuple[object, np.ndarray, torch.Tensor]:
     return graph, train, torch.as_tensor(signal[train] + 0.1 * rng.normal(size=train.size))
 
 
-def _learnt_gamma(graph, train: np.ndarray, targets: torch.Tensor, base: object) -> float:
+def _learnt(graph, train: np.ndarray, targets: torch.Tensor, base: object) -> dict[str, float]:
+    """The output scale, range and noise that fit_gp learns with ``base`` inside a ScaleKernel."""
     kernel = gpytorch.kernels.ScaleKernel(base)
     model = GraphGP(train, targets, gpytorch.likelihoods.GaussianLikelihood(), kernel).double()
     with grf_gp_settings():
         fit_gp(model, model.likelihood, iterations=200, optimizer="lbfgs", seed=0)
-    return float(model.covar_module.base_kernel.kernel_family.gamma)
+    return {"outputscale": model.covar_module.outputscale.item(), "noise": model.likelihood.noise.item(),
+            "gamma": model.covar_module.base_kernel.kernel_family.gamma.item()}
 
 
 def test_training_on_the_prediction_walks_learns_a_long_range_the_coarse_walks_miss():
     # On coarse training walks the likelihood trades a long range for noise; the rounds on
     # the prediction walks must recover at least half of the gap to the exact GP (in log gamma).
     graph, train, targets = _long_range_draw(0)
-    exact = _learnt_gamma(graph, train, targets, ExactGraphKernel(graph))
+    exact = _learnt(graph, train, targets, ExactGraphKernel(graph))["gamma"]
     schedules = {refits: WalkSchedule(max_train_walkers=256, max_predict_walkers=1024, sigma_fit_samples=20,
                                       refits=refits) for refits in (0, 2)}
-    gaps = {refits: abs(math.log(_learnt_gamma(graph, train, targets, GRFKernel(graph, seed=0, schedule=schedule))
+    gaps = {refits: abs(math.log(_learnt(graph, train, targets, GRFKernel(graph, seed=0, schedule=schedule))["gamma"]
                                  / exact)) for refits, schedule in schedules.items()}
     assert gaps[0] > 0.2                   # the drift this guards against
     assert gaps[2] < 0.5 * gaps[0]
+
+
+def test_the_bias_corrected_rounds_learn_the_exact_gps_output_scale():
+    # Unbiased walks still bias the likelihood (second order): on the plain likelihood the
+    # output scale of this long-range draw drifts low; the corrected rounds recover it.
+    graph, train, targets = _long_range_draw(0)
+    exact = _learnt(graph, train, targets, ExactGraphKernel(graph))
+    learnt = {correct: _learnt(graph, train, targets, GRFKernel(graph, seed=0, schedule=WalkSchedule(
+        max_train_walkers=256, sigma_fit_samples=20, bias_correction=correct))) for correct in (False, True)}
+    gaps = {correct: {name: abs(math.log(value / exact[name])) for name, value in found.items()}
+            for correct, found in learnt.items()}
+    assert gaps[False]["outputscale"] > 0.2              # the drift this guards against
+    assert gaps[True]["outputscale"] < min(0.5 * gaps[False]["outputscale"], math.log(1.1))
+    assert gaps[True]["gamma"] < gaps[False]["gamma"]
+    assert gaps[True]["noise"] < math.log(1.1)
+
+
+def test_a_kernel_that_trained_with_the_correction_holds_no_second_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    paired = []
+    original = GRFKernel.estimate_difference
+
+    def recorded(self: GRFKernel) -> torch.Tensor | None:
+        difference = original(self)
+        paired.append(difference is not None)
+        return difference
+
+    monkeypatch.setattr(GRFKernel, "estimate_difference", recorded)
+    schedules = {correct: WalkSchedule(**{**QUICK.to_dict(), "predict_tolerance": 0.05, "bias_correction": correct})
+                 for correct in (True, False)}
+    models = {correct: _model(schedule=schedule) for correct, schedule in schedules.items()}
+    _fit(models[True])
+    assert any(paired)                       # its rounds on the prediction walks were corrected
+    paired.clear()
+    _fit(models[False])
+    assert not any(paired)
+    base = models[True].covar_module.base_kernel
+    assert base.estimate_difference() is None and "pair" not in base._cache
+    assert models[True].state_dict().keys() == models[False].state_dict().keys()
+    assert [type(module) for module in models[True].modules()] == [type(module) for module in models[False].modules()]
 
 
 def test_a_phase_redraws_only_for_a_quarter_more_walkers_or_a_fifth_lower_p_halt():
