@@ -51,6 +51,11 @@ is four times that of :math:`\bar{\mathbf K}`'s error). The trace is estimated w
 :math:`\tfrac1p\sum_i\mathbf z_i^\top\mathbf C^{-1}\mathbf H\mathbf C^{-1}\mathbf H\mathbf z_i`
 (the same vectors at every evaluation, so the
 objective stays deterministic); the gradient is in closed form, as for the plain likelihood.
+Each evaluation also estimates the whitened error :math:`\tfrac12\|\mathbf L^{-1}\mathbf H
+\mathbf L^{-\top}\|_2` (:math:`\mathbf C = \mathbf L\mathbf L^\top`; power iteration) and
+reports it to the kernel
+(:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.record_bias_expansion`), which warns
+when a round ends where the expansion is inaccurate.
 """
 
 from __future__ import annotations
@@ -66,18 +71,19 @@ from linear_operator.operators import LinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
-from .kernels.graph_node import graph_kernels
+from .kernels.graph_node import GraphNodeKernel, graph_kernels
+from .kernels.walk_schedule import BiasCorrectionWarning
 
-__all__ = ["BIAS_PROBES", "BiasCorrectionWarning", "DenseMarginalLogLikelihood"]
+__all__ = ["BIAS_PROBES", "DenseMarginalLogLikelihood"]
 
 #: Probe vectors of the trace in the bias-corrected likelihood.
 BIAS_PROBES = 32
 #: Seed of those probe vectors (fixed: the objective is deterministic).
 _PROBE_SEED = 0
 
-
-class BiasCorrectionWarning(RuntimeWarning):
-    """A GRF kernel's bias correction could not be applied to this model's covariance."""
+#: Power iterations that estimate the estimate's whitened error
+#: (:data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`).
+EXPANSION_ITERATIONS = 20
 
 
 class _BiasCorrectedGaussian(torch.autograd.Function):
@@ -108,7 +114,8 @@ class _BiasCorrectedGaussian(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, covariance: Tensor, residual: Tensor, perturbation: Tensor, probes: Tensor) -> Tensor:
+    def forward(ctx: Any, covariance: Tensor, residual: Tensor, perturbation: Tensor,
+                probes: Tensor) -> tuple[Tensor, Tensor]:
         factor = psd_safe_cholesky(covariance)
         alpha = torch.cholesky_solve(residual.unsqueeze(-1), factor)
         moved = perturbation @ alpha
@@ -120,10 +127,12 @@ class _BiasCorrectedGaussian(torch.autograd.Function):
         logdet = 2 * factor.diagonal().log().sum()
         second = (moved * w).sum()
         trace = (b * (perturbation @ a)).sum() / count
-        return quadratic + logdet - second / 4 + trace / 8
+        whitened = _whitened_norm(factor, perturbation, probes[:, :1])
+        ctx.mark_non_differentiable(whitened)
+        return quadratic + logdet - second / 4 + trace / 8, whitened
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
+    def backward(ctx: Any, grad: Tensor, _: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
         factor, alpha, w, b, a, perturbation, probes = ctx.saved_tensors
         count = probes.shape[-1]
         # v, P, Q of the docstring in one solve.
@@ -143,6 +152,20 @@ class _BiasCorrectedGaussian(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_residual = (2 * alpha - v / 2).squeeze(-1) * grad
         return grad_covariance, grad_residual, grad_perturbation, None
+
+
+def _whitened_norm(factor: Tensor, perturbation: Tensor, start: Tensor) -> Tensor:
+    r""":math:`\|\mathbf L^{-1}\mathbf H\mathbf L^{-\top}\|_2`, by :data:`EXPANSION_ITERATIONS` power iterations."""
+    vector = start / start.norm()
+    norm = start.new_zeros(())
+    for _ in range(EXPANSION_ITERATIONS):
+        image = torch.linalg.solve_triangular(factor.mT, vector, upper=True)
+        image = torch.linalg.solve_triangular(factor, perturbation @ image, upper=False)
+        norm = image.norm()
+        if norm == 0:
+            break
+        vector = image / norm
+    return norm
 
 
 class _GaussianQuadraticAndLogdet(torch.autograd.Function):
@@ -208,14 +231,17 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
                 return super().forward(function_dist, target, *params, **kwargs)
         output = self.likelihood(function_dist, *params, **kwargs)
         operator = output.lazy_covariance_matrix.evaluate_kernel()
-        perturbation = self._perturbation()
+        paired = self._perturbation()
         if type(operator).inv_quad_logdet is not LinearOperator.inv_quad_logdet:
             # A solver of its own (low rank plus diagonal, Kronecker, ...): gpytorch's log density.
             result = output.log_prob(target)
-        elif perturbation is not None and target.ndim == 1:
+        elif paired is not None and target.ndim == 1:
+            kernel, perturbation = paired
             covariance = operator.to_dense()
-            terms = _BiasCorrectedGaussian.apply(covariance, target - output.mean, perturbation,
-                                                 self._probes(num_data, covariance))
+            terms, whitened = _BiasCorrectedGaussian.apply(covariance, target - output.mean, perturbation,
+                                                           self._probes(num_data, covariance))
+            # D's second moment is four times that of the mean estimate's error.
+            kernel.record_bias_expansion(float(whitened) / 2)
             result = -0.5 * (terms + num_data * math.log(2 * math.pi))
         else:
             covariance = operator.to_dense()
@@ -228,8 +254,8 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
         result = self._add_other_terms(result, params)
         return result.div_(num_data)
 
-    def _perturbation(self) -> Tensor | None:
-        r""":math:`\mathbf H = s\mathbf D` of a GRF kernel's paired evaluation, or ``None``."""
+    def _perturbation(self) -> tuple[GraphNodeKernel, Tensor] | None:
+        r"""The kernel of a paired evaluation and its :math:`\mathbf H = s\mathbf D`, or ``None``."""
         differences = [(kernel, difference) for kernel in graph_kernels(self.model)
                        if (difference := kernel.estimate_difference()) is not None]
         if not differences:
@@ -238,10 +264,10 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
         if len(differences) == 1:
             kernel, difference = differences[0]
             if covar_module is kernel:
-                return difference
+                return kernel, difference
             if (isinstance(covar_module, gpytorch.kernels.ScaleKernel) and covar_module.base_kernel is kernel
                     and covar_module.outputscale.ndim == 0):
-                return covar_module.outputscale * difference
+                return kernel, covar_module.outputscale * difference
         if not getattr(self, "_bias_warned", False):
             self._bias_warned = True
             warnings.warn("the GRF likelihood's bias correction needs a model whose covariance is one GRFKernel, "

@@ -14,7 +14,8 @@ from gp_couple._random import seeded_torch_rng
 from gp_couple.graphs import grid_graph
 from gp_couple.kernel_families import Diffusion
 from gp_couple.kernels import CoupledRFFKernel, ExactGraphKernel, GRFKernel, WalkSchedule
-from gp_couple.marginal_likelihood import BiasCorrectionWarning, DenseMarginalLogLikelihood, _BiasCorrectedGaussian
+from gp_couple.kernels.walk_schedule import BiasCorrectionWarning
+from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood, _BiasCorrectedGaussian, _whitened_norm
 from gp_couple.models import GraphGP
 
 GRAPH = grid_graph(7, 7)
@@ -168,11 +169,27 @@ def test_the_bias_corrected_terms_take_their_gradient_in_closed_form():
         # The covariance and the perturbation enter through their symmetric parts, as in a model.
         return function((inputs[0] + inputs[0].T) / 2, inputs[1], (inputs[2] + inputs[2].T) / 2, probes)
 
-    value = symmetric(_BiasCorrectedGaussian.apply)
+    value = symmetric(lambda *inputs: _BiasCorrectedGaussian.apply(*inputs)[0])
     expected = symmetric(_corrected_reference)
     torch.testing.assert_close(value, expected, rtol=1e-12, atol=1e-12)
     for gradient, expected_gradient in zip(torch.autograd.grad(value, inputs), torch.autograd.grad(expected, inputs)):
         torch.testing.assert_close(gradient, expected_gradient, rtol=1e-10, atol=1e-12)
+
+
+def test_the_whitened_error_is_the_largest_eigenvalue_of_the_whitened_perturbation():
+    generator = torch.Generator().manual_seed(2)
+    n = 30
+    root = torch.randn(n, n, generator=generator, dtype=torch.float64)
+    factor = torch.linalg.cholesky(root @ root.T / n + 0.1 * torch.eye(n, dtype=torch.float64))
+    # A perturbation with one dominant direction, as the power iteration needs to converge.
+    direction = torch.randn(n, 1, generator=generator, dtype=torch.float64)
+    noise = 0.01 * torch.randn(n, n, generator=generator, dtype=torch.float64)
+    perturbation = direction @ direction.T + noise + noise.T
+    whitened = torch.linalg.solve_triangular(factor, torch.linalg.solve_triangular(
+        factor, perturbation, upper=False).T, upper=False)
+    expected = torch.linalg.eigvalsh(whitened).abs().max()
+    start = torch.ones(n, 1, dtype=torch.float64)
+    torch.testing.assert_close(_whitened_norm(factor, perturbation, start), expected, rtol=1e-6, atol=0)
 
 
 def test_the_correction_removes_the_likelihoods_second_order_bias():
@@ -201,8 +218,8 @@ def test_the_correction_removes_the_likelihoods_second_order_bias():
         plain.append(float(targets @ torch.linalg.solve(mean + noise * identity, targets)
                            + torch.logdet(mean + noise * identity)) - linear - exact)
         probes = (2 * torch.randint(0, 2, (n, 8), generator=generator) - 1).double()
-        corrected.append(float(_BiasCorrectedGaussian.apply(mean + noise * identity, targets, first - second, probes))
-                         - linear - exact)
+        value = _BiasCorrectedGaussian.apply(mean + noise * identity, targets, first - second, probes)[0]
+        corrected.append(float(value) - linear - exact)
     plain_bias, corrected_bias = np.mean(plain), np.mean(corrected)
     assert plain_bias > 8 * np.std(plain) / math.sqrt(draws)          # the bias the correction is for
     assert abs(corrected_bias) < 3 * np.std(corrected) / math.sqrt(draws)

@@ -211,6 +211,17 @@ class GraphNodeKernel(Kernel):
         """
         return None
 
+    def record_bias_expansion(self, error: float) -> None:
+        r"""Keep the whitened error of a bias-corrected evaluation (exact kernels: never called).
+
+        :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood` reports it after
+        each evaluation on the pair :meth:`estimate_difference` gave;
+        :meth:`gp_couple.kernels.grf_kernel.GRFKernel.prepare_prediction` checks the last one.
+
+        :param error: The estimate of :math:`\|\mathbf C^{-1/2}\mathbf H\mathbf C^{-1/2}\|_2`
+            (:data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`).
+        """
+
     def covered_nodes(self) -> Tensor | None:
         """The nodes this kernel can be evaluated at (int64 ``(m,)``), or ``None`` for every node.
 

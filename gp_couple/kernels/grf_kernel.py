@@ -66,10 +66,12 @@ from ..sparse_pattern import CSRPattern
 from ._inputs import InputCache, same_inputs
 from .graph_node import GraphNodeKernel
 from .walk_schedule import (
+    BIAS_EXPANSION_LIMIT,
     DEFAULT_SCHEDULE,
     MAX_PREDICT_WALKERS,
     PREDICT_GRAM_TOLERANCE,
     SIGMA_FIT_SAMPLES,
+    BiasCorrectionWarning,
     GramToleranceWarning,
     WalkSchedule,
     hyperparameter_change,
@@ -423,11 +425,24 @@ class GRFKernel(GraphNodeKernel):
         :class:`~gp_couple.kernels.walk_schedule.GramToleranceWarning`) train on the plain
         likelihood.
 
+        :warns BiasCorrectionWarning: When training ends on a bias-corrected round whose last
+            evaluation put the estimate's whitened error above
+            :data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`.
+
         :param refit: Training rounds run on prediction walks so far.
         :return: Whether the walks were just drawn and ``schedule.refits`` allows another
             training round on them.
         """
+        # Only the round that training ends on matters: a round on redrawn walks follows the others.
+        ended_inaccurate = bool(refit) and self._pairing and (self._expansion_error or 0.0) > BIAS_EXPANSION_LIMIT
+        error = self._expansion_error
         another = self._draw_prediction_walks(refit)
+        if ended_inaccurate and not another:
+            warnings.warn(f"the likelihood's bias correction is a second-order expansion in the GRF estimate's error, "
+                          f"but where training ended that error is {error:.2g} of the covariance in its worst "
+                          f"direction (above {BIAS_EXPANSION_LIMIT:g}), and the correction can overshoot: lower "
+                          "predict_tolerance or raise max_predict_walkers in the WalkSchedule, or set "
+                          "bias_correction=False", BiasCorrectionWarning, stacklevel=3)
         self.finish_training()
         self._pairing = (another and self.schedule.bias_correction
                          and self.gram_error_estimate <= self.schedule.predict_tolerance)
@@ -457,6 +472,7 @@ class GRFKernel(GraphNodeKernel):
         """Drop the second draw of the bias-corrected training rounds (:meth:`estimate_difference`)."""
         self._pairing = False
         self._difference: Tensor | None = None
+        self._expansion_error: float | None = None
         self._cache.pop("pair", None)
 
     def estimate_difference(self) -> Tensor | None:
@@ -477,6 +493,10 @@ class GRFKernel(GraphNodeKernel):
         """
         difference, self._difference = self._difference, None
         return difference
+
+    def record_bias_expansion(self, error: float) -> None:
+        """Keep the whitened error of the last bias-corrected evaluation (checked when the round ends)."""
+        self._expansion_error = error
 
     def _paired_gram(self, nodes: Tensor, gram: GRFGramLinearOperator) -> LinearOperator | None:
         """The mean of this estimate and the paired draw's on training ``nodes``, keeping their difference."""

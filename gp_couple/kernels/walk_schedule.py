@@ -58,6 +58,13 @@ four times that of the error of :math:`\bar{\mathbf K}`
 (:class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`). The second draw is
 dropped when training ends: the model predicts with the prediction walks.
 
+The expansion holds while the estimate's error is small against the covariance in every
+direction, :math:`\|\mathbf C^{-1/2}\mathbf H\mathbf C^{-1/2}\|_2 \ll 1`. The objective
+estimates this whitened error from :math:`\mathbf D` (half its spectral norm, by power
+iteration), and a round that ends above :data:`BIAS_EXPANSION_LIMIT` warns
+(:class:`BiasCorrectionWarning`): there the correction can overshoot, and more prediction
+walkers are the remedy.
+
 The cost follows the range the data support: short-range kernels keep their first walks,
 long-range ones get longer walks and more walkers. A kernel built with ``schedule=None``
 keeps the walks it was given (the paper's experiments, which state their own settings).
@@ -74,7 +81,8 @@ import numpy as np
 
 from .._checks import check_even_walkers, check_fraction, check_int
 
-__all__ = ["DEFAULT_SCHEDULE", "GramToleranceWarning", "MAX_PHASES", "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS",
+__all__ = ["BIAS_EXPANSION_LIMIT", "BiasCorrectionWarning", "DEFAULT_SCHEDULE", "GramToleranceWarning", "MAX_PHASES",
+           "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS",
            "PREDICT_GRAM_TOLERANCE", "REFITS", "REFIT_TOLERANCE", "TRAIN_GRAM_TOLERANCE", "WALKER_STEP", "WalkSchedule",
            "hyperparameter_change", "warn_if_short"]
 
@@ -99,10 +107,17 @@ WALKER_STEP = 1.25
 REFITS = 2
 #: Relative change of a kernel-family hyperparameter that makes a training round on the prediction walks redraw them.
 REFIT_TOLERANCE = 0.05
+#: Largest whitened error of the mean estimate, :math:`\|\mathbf C^{-1/2}\mathbf H\mathbf C^{-1/2}\|_2` with
+#: :math:`\mathbf H = s(\bar{\mathbf K} - \mathbf K)`, at which a bias-corrected round ends without a warning.
+BIAS_EXPANSION_LIMIT = 0.4
 
 
 class GramToleranceWarning(RuntimeWarning):
     """The walks stayed noisier than the schedule's tolerance: its walker cap was reached first."""
+
+
+class BiasCorrectionWarning(RuntimeWarning):
+    """The likelihood's bias correction was not applied, or its expansion is inaccurate where training ended."""
 
 
 def warn_if_short(stage: str, error: float, tolerance: float, walkers: int, cap: int) -> None:

@@ -14,8 +14,14 @@ import torch
 from gp_couple import Diffusion, ExactGraphKernel, GraphGP, GRFKernel, WalkSchedule, fit_gp, grf_gp_settings
 from gp_couple.couplings.walk_lengths import SigmaCoupling
 from gp_couple.graphs import grid_graph
+from gp_couple.kernels import grf_kernel as grf_kernel_module
 from gp_couple.kernels.grf_kernel import TRAIN_P_HALT, TRAIN_WALKERS
-from gp_couple.kernels.walk_schedule import DEFAULT_SCHEDULE, GramToleranceWarning, hyperparameter_change
+from gp_couple.kernels.walk_schedule import (
+    DEFAULT_SCHEDULE,
+    BiasCorrectionWarning,
+    GramToleranceWarning,
+    hyperparameter_change,
+)
 from gp_couple.recipes import fit_grf_gp
 
 GRAPH = grid_graph(10, 10)
@@ -251,8 +257,12 @@ def test_the_bias_corrected_rounds_learn_the_exact_gps_output_scale():
     # output scale of this long-range draw drifts low; the corrected rounds recover it.
     graph, train, targets = _long_range_draw(0)
     exact = _learnt(graph, train, targets, ExactGraphKernel(graph))
-    learnt = {correct: _learnt(graph, train, targets, GRFKernel(graph, seed=0, schedule=WalkSchedule(
-        max_train_walkers=256, sigma_fit_samples=20, bias_correction=correct))) for correct in (False, True)}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        learnt = {correct: _learnt(graph, train, targets, GRFKernel(graph, seed=0, schedule=WalkSchedule(
+            max_train_walkers=256, sigma_fit_samples=20, bias_correction=correct))) for correct in (False, True)}
+    # Walks at their tolerance: the expansion holds where the corrected rounds end.
+    assert not [warning for warning in caught if issubclass(warning.category, BiasCorrectionWarning)]
     gaps = {correct: {name: abs(math.log(value / exact[name])) for name, value in found.items()}
             for correct, found in learnt.items()}
     assert gaps[False]["outputscale"] > 0.2              # the drift this guards against
@@ -274,7 +284,11 @@ def test_a_kernel_that_trained_with_the_correction_holds_no_second_draw(monkeypa
     schedules = {correct: WalkSchedule(**{**QUICK.to_dict(), "predict_tolerance": 0.05, "bias_correction": correct})
                  for correct in (True, False)}
     models = {correct: _model(schedule=schedule) for correct, schedule in schedules.items()}
-    _fit(models[True])
+    # A round that ends where the estimate's whitened error passes the limit says so.
+    monkeypatch.setattr(grf_kernel_module, "BIAS_EXPANSION_LIMIT", 0.0)
+    with pytest.warns(BiasCorrectionWarning, match="second-order expansion") as caught:
+        _fit(models[True])
+    assert caught[0].filename == __file__
     assert any(paired)                       # its rounds on the prediction walks were corrected
     paired.clear()
     _fit(models[False])
