@@ -156,15 +156,15 @@ class _BiasCorrectedGaussian(torch.autograd.Function):
 
 def _whitened_norm(factor: Tensor, perturbation: Tensor, start: Tensor) -> Tensor:
     r""":math:`\|\mathbf L^{-1}\mathbf H\mathbf L^{-\top}\|_2`, by :data:`EXPANSION_ITERATIONS` power iterations."""
-    vector = start / start.norm()
+    # A floor on the divisor instead of a test for zero: no host synchronisation per step.
+    tiny = torch.finfo(factor.dtype).tiny
+    vector = start / start.norm().clamp_min(tiny)
     norm = start.new_zeros(())
     for _ in range(EXPANSION_ITERATIONS):
         image = torch.linalg.solve_triangular(factor.mT, vector, upper=True)
         image = torch.linalg.solve_triangular(factor, perturbation @ image, upper=False)
         norm = image.norm()
-        if norm == 0:
-            break
-        vector = image / norm
+        vector = image / norm.clamp_min(tiny)
     return norm
 
 

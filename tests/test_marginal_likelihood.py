@@ -190,6 +190,8 @@ def test_the_whitened_error_is_the_largest_eigenvalue_of_the_whitened_perturbati
     expected = torch.linalg.eigvalsh(whitened).abs().max()
     start = torch.ones(n, 1, dtype=torch.float64)
     torch.testing.assert_close(_whitened_norm(factor, perturbation, start), expected, rtol=1e-6, atol=0)
+    # A zero perturbation (identical draws) has a zero norm, not a NaN.
+    assert float(_whitened_norm(factor, torch.zeros_like(perturbation), start)) == 0.0
 
 
 def test_the_correction_removes_the_likelihoods_second_order_bias():
