@@ -192,7 +192,8 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
     base = model.covar_module.base_kernel
     if isinstance(base, GRFKernel):
         result.update(predict_walkers=base.num_walkers, predict_p_halt=base.p_halt,
-                      gram_error_estimate=base.gram_error_estimate)
+                      gram_error_estimate=base.gram_error_estimate,
+                      prediction_error_estimate=base.prediction_error_estimate)
     result.update(_hyper(model, likelihood))
     result.update(test_rmse=rmse(mean, signal[test]),
                   test_nlpd=None if prediction is None else nlpd(mean, prediction.variance.double().numpy(),
@@ -236,12 +237,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="the defaults model's WalkSchedule.predict_tolerance (default: the schedule's)")
     parser.add_argument("--max-predict-walkers", type=int, default=None,
                         help="the defaults model's WalkSchedule.max_predict_walkers (default: the schedule's)")
+    parser.add_argument("--predict-error-tolerance", type=float, default=None,
+                        help="the defaults model's WalkSchedule.predict_error_tolerance (default: the schedule's)")
     parser.add_argument("--no-bias-correction", action="store_true",
                         help="the defaults model's WalkSchedule.bias_correction off (the plain likelihood)")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
     schedule_options = {name: value for name, value in (("predict_tolerance", args.predict_tolerance),
                                                         ("max_predict_walkers", args.max_predict_walkers),
+                                                        ("predict_error_tolerance", args.predict_error_tolerance),
                                                         ("bias_correction", False if args.no_bias_correction else None))
                         if value is not None} or None
     saved = []

@@ -53,9 +53,10 @@ is four times that of :math:`\bar{\mathbf K}`'s error). The trace is estimated w
 objective stays deterministic); the gradient is in closed form, as for the plain likelihood.
 Each evaluation also estimates the whitened error :math:`\tfrac12\|\mathbf L^{-1}\mathbf H
 \mathbf L^{-\top}\|_2` (:math:`\mathbf C = \mathbf L\mathbf L^\top`; power iteration) and
-reports it to the kernel
-(:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.record_bias_expansion`), which warns
-when a round ends where the expansion is inaccurate.
+reports it to the kernel with the output scale, the residual and the noise
+(:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.record_paired_evaluation`), which warns
+when a round ends where the expansion is inaccurate, and checks its prediction walks
+against the predictive mean there (:mod:`gp_couple.kernels.walk_schedule`).
 """
 
 from __future__ import annotations
@@ -67,12 +68,12 @@ from typing import Any
 import gpytorch
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
-from linear_operator.operators import LinearOperator
+from linear_operator.operators import AddedDiagLinearOperator, LinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from .kernels.graph_node import GraphNodeKernel, graph_kernels
-from .kernels.walk_schedule import BiasCorrectionWarning
+from .kernels.walk_schedule import BiasCorrectionWarning, PairedEvaluation
 
 __all__ = ["BIAS_PROBES", "DenseMarginalLogLikelihood"]
 
@@ -236,12 +237,16 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
             # A solver of its own (low rank plus diagonal, Kronecker, ...): gpytorch's log density.
             result = output.log_prob(target)
         elif paired is not None and target.ndim == 1:
-            kernel, perturbation = paired
+            kernel, scale, difference = paired
             covariance = operator.to_dense()
-            terms, whitened = _BiasCorrectedGaussian.apply(covariance, target - output.mean, perturbation,
+            residual = target - output.mean
+            terms, whitened = _BiasCorrectedGaussian.apply(covariance, residual, scale * difference,
                                                            self._probes(num_data, covariance))
+            noise = operator._diag_tensor.diagonal() if isinstance(operator, AddedDiagLinearOperator) else None
             # D's second moment is four times that of the mean estimate's error.
-            kernel.record_bias_expansion(float(whitened) / 2)
+            kernel.record_paired_evaluation(PairedEvaluation(
+                expansion_error=float(whitened) / 2, outputscale=float(scale.detach()), residual=residual.detach(),
+                noise=None if noise is None else noise.detach().expand(num_data)))
             result = -0.5 * (terms + num_data * math.log(2 * math.pi))
         else:
             covariance = operator.to_dense()
@@ -254,8 +259,8 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
         result = self._add_other_terms(result, params)
         return result.div_(num_data)
 
-    def _perturbation(self) -> tuple[GraphNodeKernel, Tensor] | None:
-        r"""The kernel of a paired evaluation and its :math:`\mathbf H = s\mathbf D`, or ``None``."""
+    def _perturbation(self) -> tuple[GraphNodeKernel, Tensor, Tensor] | None:
+        r"""The kernel of a paired evaluation, its output scale :math:`s` and :math:`\mathbf D`, or ``None``."""
         differences = [(kernel, difference) for kernel in graph_kernels(self.model)
                        if (difference := kernel.estimate_difference()) is not None]
         if not differences:
@@ -264,10 +269,10 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
         if len(differences) == 1:
             kernel, difference = differences[0]
             if covar_module is kernel:
-                return kernel, difference
+                return kernel, difference.new_ones(()), difference
             if (isinstance(covar_module, gpytorch.kernels.ScaleKernel) and covar_module.base_kernel is kernel
                     and covar_module.outputscale.ndim == 0):
-                return kernel, covar_module.outputscale * difference
+                return kernel, covar_module.outputscale, difference
         if not getattr(self, "_bias_warned", False):
             self._bias_warned = True
             warnings.warn("the GRF likelihood's bias correction needs a model whose covariance is one GRFKernel, "

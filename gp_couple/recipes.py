@@ -29,6 +29,7 @@ from .kernels.walk_schedule import (
     MAX_PHASES,
     MAX_PREDICT_WALKERS,
     MAX_TRAIN_WALKERS,
+    PREDICT_ERROR_TOLERANCE,
     PREDICT_GRAM_TOLERANCE,
     REFIT_TOLERANCE,
     REFITS,
@@ -51,7 +52,7 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
                max_predict_walkers: int = MAX_PREDICT_WALKERS, predict_tolerance: float = PREDICT_GRAM_TOLERANCE,
                p_halt: float = TRAIN_P_HALT, phases: int = MAX_PHASES, sigma_fit_samples: int = SIGMA_FIT_SAMPLES,
                refits: int = REFITS, refit_tolerance: float = REFIT_TOLERANCE, bias_correction: bool = True,
-               seed: SeedLike = 0,
+               predict_error_tolerance: float = PREDICT_ERROR_TOLERANCE, seed: SeedLike = 0,
                device: torch.device | str | None = None) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood]:
     r"""Train a GRF-GP to convergence with walks that follow the learnt range, and make it ready to predict.
 
@@ -87,6 +88,10 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
         above which the prediction walks are redrawn for the new ones.
     :param bias_correction: Train those rounds on the likelihood corrected for the
         estimate's second-order bias (:mod:`gp_couple.kernels.walk_schedule`).
+    :param predict_error_tolerance: Largest estimated error the prediction walks add to the
+        predictive mean at held-out rows, relative to the latent predictive variance there,
+        when training ends on a bias-corrected round; more walkers are drawn above it
+        (unless ``predict_walkers`` is given).
     :param seed: Seed of the walks, the CG probes, the error estimates and the sigma fit.
     :param device: Torch device of the model (default the CPU; walks are sampled on the CPU
         and moved there once).
@@ -102,7 +107,8 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
     schedule = WalkSchedule(train_tolerance=train_tolerance, max_train_walkers=max_train_walkers, phases=phases,
                             predict_walkers=predict_walkers, predict_tolerance=predict_tolerance,
                             max_predict_walkers=max_predict_walkers, sigma_fit_samples=sigma_fit_samples,
-                            refits=refits, refit_tolerance=refit_tolerance, bias_correction=bias_correction)
+                            refits=refits, refit_tolerance=refit_tolerance, bias_correction=bias_correction,
+                            predict_error_tolerance=predict_error_tolerance)
     base_seed = draw_seed(seed)
     train = node_index_array(train_nodes, "train_nodes", graph.num_nodes)
     rows = np.union1d(train, node_index_array(predict_nodes, "predict_nodes", graph.num_nodes))

@@ -14,7 +14,7 @@ from gp_couple._random import seeded_torch_rng
 from gp_couple.graphs import grid_graph
 from gp_couple.kernel_families import Diffusion
 from gp_couple.kernels import CoupledRFFKernel, ExactGraphKernel, GRFKernel, WalkSchedule
-from gp_couple.kernels.walk_schedule import BiasCorrectionWarning
+from gp_couple.kernels.walk_schedule import BiasCorrectionWarning, PairedEvaluation
 from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood, _BiasCorrectedGaussian, _whitened_norm
 from gp_couple.models import GraphGP
 
@@ -284,3 +284,72 @@ def test_a_covariance_that_is_not_a_scaled_grf_estimate_trains_on_the_mean_and_w
     with gpytorch.settings.max_cholesky_size(10_000), pytest.warns(BiasCorrectionWarning, match="ScaleKernel"):
         value = DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs), model.train_targets)
     assert torch.isfinite(value)
+
+
+def test_a_paired_evaluation_reports_the_scale_residual_and_noise_to_its_kernel(monkeypatch: pytest.MonkeyPatch):
+    model, kernel = _paired_model()
+    reports = []
+    monkeypatch.setattr(kernel, "record_paired_evaluation", reports.append)
+    x = model.train_inputs[0]
+    with gpytorch.settings.max_cholesky_size(10_000):
+        DenseMarginalLogLikelihood(model.likelihood, model)(model(x), model.train_targets)
+    (report,) = reports
+    assert report.outputscale == pytest.approx(1.7)
+    torch.testing.assert_close(report.residual, (model.train_targets - model.mean_module(x)).detach())
+    torch.testing.assert_close(report.noise, torch.full((TRAIN.size,), 0.05, dtype=torch.float64))
+    assert not report.residual.requires_grad and 0 < report.expansion_error < 1
+
+
+def test_the_prediction_error_estimate_is_the_variance_of_one_draws_predictive_mean():
+    """Half the squared difference of two draws' predictive means estimates one draw's variance there."""
+    held_out = np.setdiff1d(np.arange(GRAPH.num_nodes), TRAIN)
+    nodes = torch.as_tensor(np.concatenate([TRAIN, held_out]))
+    n, draws = TRAIN.size, 24
+    estimates, means = [], []
+    for seed in range(draws):
+        kernel = GRFKernel(GRAPH, kernel_family=Diffusion(1.5), seed=seed,
+                           schedule=WalkSchedule(predict_walkers=16, predict_tolerance=0.9, sigma_fit_samples=5))
+        model = _model(kernel, torch.float64)
+        kernel.prepare_prediction(0)
+        x = model.train_inputs[0]
+        scale, noise = model.covar_module.outputscale.item(), model.likelihood.noise.item()
+        with torch.no_grad():
+            model.covar_module(x).to_dense()               # a paired evaluation: the second draw
+            residual = model.train_targets - model.mean_module(x)
+            estimates.append(kernel.estimate_prediction_error(PairedEvaluation(
+                0.0, scale, residual, torch.full((n,), noise, dtype=torch.float64))))
+            kernel.finish_training()
+            own = kernel(nodes, nodes).to_dense()
+            covariance = scale * own[:n, :n] + noise * torch.eye(n, dtype=torch.float64)
+            means.append((scale * own[n:, :n] @ torch.linalg.solve(covariance, residual)).numpy())
+    exact = ExactGraphKernel(GRAPH, kernel_family=Diffusion(1.5)).double()
+    with torch.no_grad():
+        truth = exact(nodes, nodes).to_dense()
+        covariance = scale * truth[:n, :n] + noise * torch.eye(n, dtype=torch.float64)
+        cross = scale * truth[n:, :n]
+        variance = float((scale * truth.diagonal()[n:] - (cross @ torch.linalg.solve(covariance, cross.T)).diagonal())
+                         .mean())
+    means = np.asarray(means)
+    # Each draw's squared deviation from the mean over draws, relative to the exact latent variance.
+    spread = ((means - means.mean(0)) ** 2).mean(1) * draws / (draws - 1) / variance
+    estimates = np.asarray(estimates)
+    error = math.sqrt(np.var(estimates) / draws + np.var(spread) / draws)
+    assert abs(estimates.mean() - spread.mean()) < 3 * error
+    assert error < 0.2 * spread.mean()                 # a test that can tell a factor of two
+
+
+def test_the_prediction_error_needs_held_out_rows_and_a_diagonal_noise():
+    model, kernel = _paired_model()
+    x = model.train_inputs[0]
+    with torch.no_grad():
+        model.covar_module(x).to_dense()
+    residual = (model.train_targets - model.mean_module(x)).detach()
+    assert kernel.estimate_prediction_error(PairedEvaluation(0.0, 1.7, residual, None)) is None
+    rows_at_the_data = GRFKernel(GRAPH, kernel_family=Diffusion(1.5), seed=0, nodes=TRAIN,
+                                 schedule=WalkSchedule(predict_walkers=64, predict_tolerance=0.5, sigma_fit_samples=5))
+    model = _model(rows_at_the_data, torch.float64)
+    rows_at_the_data.prepare_prediction(0)
+    with torch.no_grad():
+        model.covar_module(x).to_dense()
+    noise = torch.full((TRAIN.size,), 0.05, dtype=torch.float64)
+    assert rows_at_the_data.estimate_prediction_error(PairedEvaluation(0.0, 1.7, residual, noise)) is None

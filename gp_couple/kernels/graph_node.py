@@ -34,6 +34,7 @@ from ..graphs import Graph
 from ..kernel_families import Diffusion, KernelFamily
 from ._inputs import InputCache
 from ._state import check_state_tensors
+from .walk_schedule import PairedEvaluation
 
 __all__ = ["GraphNodeKernel", "check_node_tensor_form", "graph_kernels"]
 
@@ -211,15 +212,16 @@ class GraphNodeKernel(Kernel):
         """
         return None
 
-    def record_bias_expansion(self, error: float) -> None:
-        r"""Keep the whitened error of a bias-corrected evaluation (exact kernels: never called).
+    def record_paired_evaluation(self, evaluation: PairedEvaluation) -> None:
+        """Keep the report of a bias-corrected evaluation (exact kernels: never called).
 
         :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood` reports it after
         each evaluation on the pair :meth:`estimate_difference` gave;
-        :meth:`gp_couple.kernels.grf_kernel.GRFKernel.prepare_prediction` checks the last one.
+        :meth:`gp_couple.kernels.grf_kernel.GRFKernel.prepare_prediction` reads the last one.
 
-        :param error: The estimate of :math:`\|\mathbf C^{-1/2}\mathbf H\mathbf C^{-1/2}\|_2`
-            (:data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`).
+        :param evaluation: The whitened error of the estimate, the output scale, the
+            residual and the noise of that evaluation
+            (:class:`~gp_couple.kernels.walk_schedule.PairedEvaluation`).
         """
 
     def covered_nodes(self) -> Tensor | None:

@@ -37,12 +37,13 @@ import logging
 import math
 import warnings
 from copy import deepcopy
-from typing import Any
+from typing import Any, NamedTuple
 
 import gpytorch
 import numpy as np
 import torch
 from linear_operator.operators import DenseLinearOperator, LinearOperator
+from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from .._checks import check_even_walkers, check_fraction, check_int, check_p_halt, is_int
@@ -68,11 +69,15 @@ from .graph_node import GraphNodeKernel
 from .walk_schedule import (
     BIAS_EXPANSION_LIMIT,
     DEFAULT_SCHEDULE,
+    HELD_OUT_ROWS,
     MAX_PREDICT_WALKERS,
+    PREDICT_ERROR_WARNING_FACTOR,
     PREDICT_GRAM_TOLERANCE,
     SIGMA_FIT_SAMPLES,
+    WALKER_STEP,
     BiasCorrectionWarning,
     GramToleranceWarning,
+    PairedEvaluation,
     WalkSchedule,
     hyperparameter_change,
     warn_if_short,
@@ -96,6 +101,8 @@ PREDICT_WALKERS = 512
 GRAM_ERROR_ROWS = 256
 #: Stream of the seed of the second draw in bias-corrected training rounds (with the kernel's seed).
 PAIR_STREAM = 2
+#: Stream of the seed that picks the held-out rows of the prediction-error check (with the kernel's seed).
+HELD_OUT_STREAM = 3
 #: Order of the σ-coupling fitted for prediction (the paper's value for GPs).
 SIGMA_ORDER = 50
 #: Significant digits of the hyperparameters a σ-coupling is fitted at (see :func:`_rounded`).
@@ -411,7 +418,7 @@ class GRFKernel(GraphNodeKernel):
     def prepare_prediction(self, refit: int = 0) -> bool:
         """Draw the prediction walks when training ends, and redraw them while training on them moves the range.
 
-        Steps 3 and 4 of the schedule. With ``refit`` 0 it calls
+        Steps 3 to 5 of the schedule. With ``refit`` 0 it calls
         :meth:`resample_for_prediction` with the schedule's settings. After each training
         round on those walks (``refit`` 1, 2, ...) it redraws them if the round moved a
         kernel-family hyperparameter by more than ``schedule.refit_tolerance``
@@ -423,30 +430,133 @@ class GRFKernel(GraphNodeKernel):
         a second-order expansion in the estimate's error, and walks capped above the
         tolerance (by ``schedule.max_predict_walkers`` or memory, with a
         :class:`~gp_couple.kernels.walk_schedule.GramToleranceWarning`) train on the plain
-        likelihood.
+        likelihood. When training ends on a paired round and the schedule chooses the
+        prediction walkers, the kernel estimates the error its walks add to the predictive
+        mean (:meth:`estimate_prediction_error`) and draws more walkers where it exceeds
+        ``schedule.predict_error_tolerance``.
 
         :warns BiasCorrectionWarning: When training ends on a bias-corrected round whose last
             evaluation put the estimate's whitened error above
             :data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`.
+        :warns GramToleranceWarning: When the walkers the predictive mean needs exceed
+            ``schedule.max_predict_walkers`` or memory, and those leave an estimated error above
+            :data:`~gp_couple.kernels.walk_schedule.PREDICT_ERROR_WARNING_FACTOR` times the tolerance.
 
         :param refit: Training rounds run on prediction walks so far.
         :return: Whether the walks were just drawn and ``schedule.refits`` allows another
             training round on them.
         """
         # Only the round that training ends on matters: a round on redrawn walks follows the others.
-        ended_inaccurate = bool(refit) and self._pairing and (self._expansion_error or 0.0) > BIAS_EXPANSION_LIMIT
-        error = self._expansion_error
+        last = self._evaluation if refit and self._pairing else None
+        # Kept: redrawing the walks ends the pairing.
+        nodes = self._paired_nodes
         another = self._draw_prediction_walks(refit)
-        if ended_inaccurate and not another:
-            warnings.warn(f"the likelihood's bias correction is a second-order expansion in the GRF estimate's error, "
-                          f"but where training ended that error is {error:.2g} of the covariance in its worst "
-                          f"direction (above {BIAS_EXPANSION_LIMIT:g}), and the correction can overshoot: lower "
-                          "predict_tolerance or raise max_predict_walkers in the WalkSchedule, or set "
-                          "bias_correction=False", BiasCorrectionWarning, stacklevel=3)
+        if last is not None and not another:
+            if last.expansion_error > BIAS_EXPANSION_LIMIT:
+                warnings.warn(f"the likelihood's bias correction is a second-order expansion in the GRF estimate's "
+                              f"error, but where training ended that error is {last.expansion_error:.2g} of the "
+                              f"covariance in its worst direction (above {BIAS_EXPANSION_LIMIT:g}), and the correction "
+                              "can overshoot: lower predict_tolerance or raise max_predict_walkers in the "
+                              "WalkSchedule, or set bias_correction=False", BiasCorrectionWarning, stacklevel=3)
+            if self.schedule.predict_walkers is None and nodes is not None:
+                self._walkers_for_prediction_error(last, nodes)
         self.finish_training()
         self._pairing = (another and self.schedule.bias_correction
                          and self.gram_error_estimate <= self.schedule.predict_tolerance)
         return another
+
+    def estimate_prediction_error(self, evaluation: PairedEvaluation, nodes: Tensor | None = None) -> float | None:
+        r"""The mean squared error the walks add to the predictive mean away from the data, relative to its scale.
+
+        At up to :data:`~gp_couple.kernels.walk_schedule.HELD_OUT_ROWS` of the kernel's rows
+        outside the training set (fixed by the kernel's seed), predicts from this estimate
+        and from the independent second draw of the last paired training evaluation
+        (:meth:`estimate_difference`; drawn again if the walks changed since), each with its
+        own training covariance :math:`\mathbf C^{(k)} = s\widehat{\mathbf K}^{(k)}_{TT} +
+        \operatorname{diag}(\sigma^2)`:
+        :math:`\mu_*^{(k)} = s\widehat{\mathbf K}^{(k)}_{*T}\mathbf C^{(k)-1}\mathbf r` and
+        :math:`v_*^{(k)} = s\widehat k^{(k)}_{**} - s^2\widehat{\mathbf k}^{(k)	op}_{*T}
+        \mathbf C^{(k)-1}\widehat{\mathbf k}^{(k)}_{*T}`. The two means differ by twice the
+        variance of one draw's error, so
+
+        .. math::
+
+            \hat
+ho = rac{	frac12\,\overline{(\mu_*^{(1)} - \mu_*^{(2)})^2}}
+            {	frac12\,\overline{(v_*^{(1)} + v_*^{(2)})} + ar\sigma^2}
+
+        estimates the mean squared error this draw adds to the predictive mean, as a fraction
+        of the latent predictive variance (the exact GP's expected squared error against the
+        latent function). The test RMSE grows by about :math:`\sqrt{1+\hat\rho}` on average,
+        and by a random amount of order :math:`\sqrt{\hat\rho}` times the correlation of the
+        walks' error with the exact GP's (large on smooth fields, which have few independent
+        test errors).
+
+        :param evaluation: The report of the last paired evaluation (its output scale,
+            residual and noise, :class:`~gp_couple.kernels.walk_schedule.PairedEvaluation`).
+        :return: :math:`\hat
+ho`, or ``None`` without paired training inputs, without
+            held-out rows (the kernel's rows are the training nodes) or without a diagonal noise.
+        """
+        nodes = self._paired_nodes if nodes is None else nodes
+        if nodes is None or evaluation.noise is None:
+            return None
+        pair = self._pair_draw(nodes)
+        if pair.held_out.numel() == 0:
+            return None
+        with torch.no_grad():
+            return self._prediction_error(nodes, pair, evaluation)
+
+    def _prediction_error(self, nodes: Tensor, pair: _PairDraw, evaluation: PairedEvaluation) -> float:
+        scale, residual, noise = evaluation.outputscale, evaluation.residual, evaluation.noise
+        modulation = self.kernel_family.modulation(pair.features.num_terms)
+        other_train = SparseFeatureLinearOperator(pair.steps.values(modulation), pattern=pair.pattern)
+        other_held = SparseFeatureLinearOperator(pair.held_out_steps.values(modulation), pattern=pair.held_out_pattern)
+        means, variances = [], []
+        for train, held in ((self.feature_operator(nodes, name="x1"), self.feature_operator(pair.held_out)),
+                            (other_train, other_held)):
+            covariance = scale * GRFGramLinearOperator(train).to_dense()
+            covariance.diagonal().add_(noise)
+            factor = psd_safe_cholesky(covariance)
+            cross = scale * GRFGramLinearOperator(held, train).to_dense()
+            means.append(cross @ torch.cholesky_solve(residual.unsqueeze(-1), factor).squeeze(-1))
+            explained = torch.linalg.solve_triangular(factor, cross.mT, upper=False).square().sum(-2)
+            variances.append(scale * GRFGramLinearOperator(held)._diagonal() - explained)
+        error = (means[0] - means[1]).square().mean() / 2
+        spread = ((variances[0] + variances[1]) / 2).clamp_min(0).mean()
+        return float(error / spread.clamp_min(torch.finfo(spread.dtype).tiny))
+
+    def _walkers_for_prediction_error(self, evaluation: PairedEvaluation, nodes: Tensor) -> None:
+        """Step 5 of the schedule: more prediction walkers where the predictive mean needs them."""
+        error = self.estimate_prediction_error(evaluation, nodes)
+        self.prediction_error_estimate = error
+        if error is None:
+            return
+        tolerance, cap = self.schedule.predict_error_tolerance, self.schedule.max_predict_walkers
+        _LOG.info("prediction walks: %d walkers per node add an estimated %.3g of the predictive error to the "
+                  "predictive mean (tolerance %g)", self.num_walkers, error, tolerance)
+        if error <= tolerance:
+            return
+        fitting = self._walkers_within_memory(self.p_halt, self.coupling, cap, self.seed)
+        within = cap if fitting is None else min(cap, fitting)
+        wanted = 2 * math.ceil(self.num_walkers * error / tolerance / 2)
+        walkers = min(wanted, within)
+        if walkers >= WALKER_STEP * self.num_walkers:
+            drawn = self.num_walkers
+            self.resample(self.seed + 1, num_walkers=walkers)
+            self.gram_error_estimate = self.estimate_gram_error(seed=self.seed)
+            self.prediction_error_estimate = error * drawn / walkers
+            _LOG.info("prediction walks: redrawn with %d walkers per node (estimated Gram error %.3g, estimated "
+                      "error of the predictive mean %.3g)", walkers, self.gram_error_estimate,
+                      self.prediction_error_estimate)
+        if wanted > within and self.prediction_error_estimate > PREDICT_ERROR_WARNING_FACTOR * tolerance:
+            warnings.warn(f"the prediction walks' noise adds an estimated {self.prediction_error_estimate:.3g} times "
+                          f"the latent predictive variance to the squared error of the predictive mean with "
+                          f"{self.num_walkers} walkers per node, above the schedule's predict_error_tolerance "
+                          f"{tolerance:g}: one draw can move the test RMSE by several per cent. The {wanted} walkers "
+                          f"it needs exceed {'max_predict_walkers' if within == cap else 'half the memory'}: raise "
+                          "max_predict_walkers in the WalkSchedule, or use an exact kernel (ExactGraphKernel, "
+                          "MatrixFreeGraphKernel) at this range", GramToleranceWarning, stacklevel=4)
 
     def _draw_prediction_walks(self, refit: int) -> bool:
         schedule = self.schedule
@@ -472,7 +582,8 @@ class GRFKernel(GraphNodeKernel):
         """Drop the second draw of the bias-corrected training rounds (:meth:`estimate_difference`)."""
         self._pairing = False
         self._difference: Tensor | None = None
-        self._expansion_error: float | None = None
+        self._evaluation: PairedEvaluation | None = None
+        self._paired_nodes: Tensor | None = None
         self._cache.pop("pair", None)
 
     def estimate_difference(self) -> Tensor | None:
@@ -494,9 +605,9 @@ class GRFKernel(GraphNodeKernel):
         difference, self._difference = self._difference, None
         return difference
 
-    def record_bias_expansion(self, error: float) -> None:
-        """Keep the whitened error of the last bias-corrected evaluation (checked when the round ends)."""
-        self._expansion_error = error
+    def record_paired_evaluation(self, evaluation: PairedEvaluation) -> None:
+        """Keep the report of the last bias-corrected evaluation (read when the round ends)."""
+        self._evaluation = evaluation
 
     def _paired_gram(self, nodes: Tensor, gram: GRFGramLinearOperator) -> LinearOperator | None:
         """The mean of this estimate and the paired draw's on training ``nodes``, keeping their difference."""
@@ -504,26 +615,38 @@ class GRFKernel(GraphNodeKernel):
         if (nodes.numel() > gpytorch.settings.max_cholesky_size.value()
                 or not dense_factor_pays(pattern.num_rows, pattern.nnz)):
             return None
+        pair = self._pair_draw(nodes)
+        values = pair.steps.values(self.kernel_family.modulation(pair.features.num_terms))
+        own = gram.to_dense()
+        other = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=pair.pattern)).to_dense()
+        self._difference = own - other
+        self._paired_nodes = nodes
+        return DenseLinearOperator((own + other) / 2)
 
-        def draw() -> tuple[CSRPattern, StepMatrix, int]:
-            # Walks of the same configuration from another seed, at the training nodes only:
-            # neither saved nor trained (their values follow this kernel's family).
+    def _pair_draw(self, nodes: Tensor) -> _PairDraw:
+        """The second draw at the training ``nodes`` and the held-out rows (made once per walks and inputs)."""
+
+        def draw() -> _PairDraw:
+            # Walks of the same configuration from another seed: neither saved nor trained
+            # (their values follow this kernel's family).
             rows = np.unique(nodes.cpu().numpy())
+            candidates = np.setdiff1d(self.features_start_nodes.cpu().numpy(), rows)
+            chooser = np.random.default_rng([self.seed, HELD_OUT_STREAM])
+            held_out = np.sort(chooser.choice(candidates, size=min(HELD_OUT_ROWS, candidates.size), replace=False))
+            drawn = np.union1d(rows, held_out)
             pair_seed = int(np.random.default_rng([self.seed, PAIR_STREAM]).integers(2**62))
-            features = self._sample(self._config(), pair_seed, rows, self.features_weights.dtype,
-                                    self.features_weights.device)
-            positions = torch.searchsorted(torch.as_tensor(rows, device=nodes.device), nodes)
-            pattern, slots = features.pattern.select_rows(positions.to(self.features_weights.device))
-            return pattern, features.step_matrix(slots), features.num_terms
+            device = self.features_weights.device
+            features = self._sample(self._config(), pair_seed, drawn, self.features_weights.dtype, device)
+            starts = torch.as_tensor(drawn, device=device)
+            pattern, slots = features.pattern.select_rows(torch.searchsorted(starts, nodes.to(device)))
+            held_out_nodes = torch.as_tensor(held_out, device=device)
+            held_pattern, held_slots = features.pattern.select_rows(torch.searchsorted(starts, held_out_nodes))
+            return _PairDraw(features, pattern, features.step_matrix(slots), held_out_nodes, held_pattern,
+                             features.step_matrix(held_slots))
 
         pairs: InputCache = self._cached("pair", InputCache)
         hit = pairs.get(nodes)
-        pattern, steps, num_terms = pairs.put(nodes, draw()) if hit is None else hit
-        values = steps.values(self.kernel_family.modulation(num_terms))
-        own = gram.to_dense()
-        other = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=pattern)).to_dense()
-        self._difference = own - other
-        return DenseLinearOperator((own + other) / 2)
+        return pairs.put(nodes, draw()) if hit is None else hit
 
     def _set_config(self, config: dict[str, Any], seed: int) -> None:
         self._halting_warned = False
@@ -532,6 +655,9 @@ class GRFKernel(GraphNodeKernel):
         self.prediction_hyperparameters: dict[str, Any] | None = None
         #: Estimated relative Gram error of the current walks (set by :meth:`resample_for_prediction`).
         self.gram_error_estimate: float | None = None
+        #: Estimated error the current walks add to the predictive mean (:meth:`estimate_prediction_error`;
+        #: set when training ends on a bias-corrected round, scaled to the walkers drawn after it).
+        self.prediction_error_estimate: float | None = None
         self.num_walkers: int = config["num_walkers"]
         self.p_halt: float = config["p_halt"]
         self.coupling: WalkLengthCoupling = config["coupling"]
@@ -868,6 +994,17 @@ class GRFKernel(GraphNodeKernel):
         return (f"num_nodes={self.num_nodes}, rows={rows}, num_walkers={self.num_walkers}, "
                 f"p_halt={self.p_halt}, coupling={self.coupling!r}, proposal={self.proposal!r}, "
                 f"directions={self.directions!r}, seed={self.seed}, schedule={self.schedule!r}")
+
+
+class _PairDraw(NamedTuple):
+    """A second walk draw at the training inputs and the held-out rows, with their row selections."""
+
+    features: GraphRandomFeatures
+    pattern: CSRPattern
+    steps: StepMatrix
+    held_out: Tensor
+    held_out_pattern: CSRPattern
+    held_out_steps: StepMatrix
 
 
 def _walk_config(num_walkers: Any, p_halt: Any, coupling: Any, max_length: Any, proposal: Any,

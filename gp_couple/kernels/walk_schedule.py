@@ -29,7 +29,10 @@ carries a schedule (its constructor's default), and :func:`gp_couple.models.fit_
    stationary point of the likelihood on walks drawn for those same hyperparameters, and
    accurate to the prediction tolerance rather than the coarser training one.
    With :attr:`WalkSchedule.bias_correction` (the default), these rounds train on the
-   likelihood corrected for the estimate's second-order bias (below).
+   likelihood corrected for the estimate's second-order bias (below);
+5. after such a round, checks what the prediction walks' noise does to the predictive mean
+   away from the data, and draws more walkers where the relative Gram error tolerance left
+   too few (below).
 
 The last step is the likelihood's own stopping rule. A relative Frobenius Gram error of
 a few per cent is enough to locate short ranges, but a long-range kernel's small
@@ -65,6 +68,31 @@ iteration), and a round that ends above :data:`BIAS_EXPANSION_LIMIT` warns
 (:class:`BiasCorrectionWarning`): there the correction can overshoot, and more prediction
 walkers are the remedy.
 
+**Prediction walkers for the predictive mean.** A relative Gram error is a poor yardstick at
+high signal-to-noise ratios: the predictive mean at a node without data,
+:math:`\mu_* = s\,\widehat{\mathbf k}_*^\top\mathbf C^{-1}\mathbf r`, weighs the
+estimate's error by :math:`s/\sigma^2` in the directions below the noise. So when the
+rounds end on a paired round, the kernel predicts at up to :data:`HELD_OUT_ROWS` of its rows
+outside the training set (held-out rows) from each of the two independent draws, at the
+learnt hyperparameters, and estimates the mean squared error one draw adds to the
+predictive mean, relative to the latent predictive variance there (the exact GP's expected
+squared error),
+
+.. math::
+
+    \hat\rho = \frac{\tfrac12\,\overline{(\mu_*^{(1)} - \mu_*^{(2)})^2}}{\overline{v_*}}
+
+(:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.estimate_prediction_error`). An added mean
+squared error :math:`\rho` times the exact GP's raises the expected test RMSE by a factor
+:math:`\sqrt{1+\rho}`, but one draw's error also correlates with the exact GP's own test
+errors by chance, which moves the RMSE by an amount of order :math:`\sqrt\rho`: on smooth
+fields, with few independent test errors, a few per cent at :math:`\rho = 0.01`. Hence the
+small default tolerance. Where :math:`\hat\rho`
+exceeds :attr:`WalkSchedule.predict_error_tolerance`, the walkers are multiplied by
+:math:`\hat\rho/\text{tolerance}` (the error of independent pairs falls like :math:`1/m`),
+within :attr:`WalkSchedule.max_predict_walkers` and memory; walks capped there at more than
+:data:`PREDICT_ERROR_WARNING_FACTOR` times the tolerance warn (:class:`GramToleranceWarning`).
+
 The cost follows the range the data support: short-range kernels keep their first walks,
 long-range ones get longer walks and more walkers. A kernel built with ``schedule=None``
 keeps the walks it was given (the paper's experiments, which state their own settings).
@@ -78,13 +106,14 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
+from torch import Tensor
 
 from .._checks import check_even_walkers, check_fraction, check_int
 
-__all__ = ["BIAS_EXPANSION_LIMIT", "BiasCorrectionWarning", "DEFAULT_SCHEDULE", "GramToleranceWarning", "MAX_PHASES",
-           "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS",
-           "PREDICT_GRAM_TOLERANCE", "REFITS", "REFIT_TOLERANCE", "TRAIN_GRAM_TOLERANCE", "WALKER_STEP", "WalkSchedule",
-           "hyperparameter_change", "warn_if_short"]
+__all__ = ["BIAS_EXPANSION_LIMIT", "BiasCorrectionWarning", "DEFAULT_SCHEDULE", "GramToleranceWarning",
+           "HELD_OUT_ROWS", "MAX_PHASES", "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS", "PREDICT_ERROR_TOLERANCE",
+           "PREDICT_ERROR_WARNING_FACTOR", "PREDICT_GRAM_TOLERANCE", "PairedEvaluation", "REFITS", "REFIT_TOLERANCE",
+           "TRAIN_GRAM_TOLERANCE", "WALKER_STEP", "WalkSchedule", "hyperparameter_change", "warn_if_short"]
 
 #: Estimated relative Gram error the training walks aim for.
 TRAIN_GRAM_TOLERANCE = 0.03
@@ -94,8 +123,16 @@ MAX_TRAIN_WALKERS = 1024
 MAX_PHASES = 4
 #: Estimated relative Gram error the prediction walks aim for.
 PREDICT_GRAM_TOLERANCE = 0.01
+#: Largest estimated mean squared error the prediction walks add to the predictive mean at held-out
+#: rows, relative to the latent predictive variance there (module docstring).
+PREDICT_ERROR_TOLERANCE = 0.002
+#: Multiple of ``predict_error_tolerance`` above which prediction walks capped by
+#: ``max_predict_walkers`` or memory warn: there one draw can move the test RMSE by several per cent.
+PREDICT_ERROR_WARNING_FACTOR = 10
+#: Most held-out rows at which the prediction walks' error in the predictive mean is estimated.
+HELD_OUT_ROWS = 256
 #: Most prediction walkers per node when they are chosen for a tolerance.
-MAX_PREDICT_WALKERS = 4096
+MAX_PREDICT_WALKERS = 8192
 #: Walks per node and bin when fitting the prediction walks' sigma-coupling.
 SIGMA_FIT_SAMPLES = 100
 #: The walks are redrawn for a lower termination probability only below this fraction of the current one.
@@ -110,6 +147,25 @@ REFIT_TOLERANCE = 0.05
 #: Largest whitened error of the mean estimate, :math:`\|\mathbf C^{-1/2}\mathbf H\mathbf C^{-1/2}\|_2` with
 #: :math:`\mathbf H = s(\bar{\mathbf K} - \mathbf K)`, at which a bias-corrected round ends without a warning.
 BIAS_EXPANSION_LIMIT = 0.4
+
+
+@dataclass(frozen=True)
+class PairedEvaluation:
+    r"""What a bias-corrected evaluation of the likelihood reports to its kernel.
+
+    :param expansion_error: The whitened error of the mean estimate,
+        :math:`\tfrac12\|\mathbf L^{-1}\mathbf H\mathbf L^{-\top}\|_2`
+        (:data:`BIAS_EXPANSION_LIMIT`).
+    :param outputscale: The output scale :math:`s` around the kernel (1 without a ``ScaleKernel``).
+    :param residual: The targets less the prior mean at the training inputs, detached, ``(n,)``.
+    :param noise: The observation noise variances at the training inputs, detached, ``(n,)``;
+        ``None`` when the likelihood's covariance is not a diagonal added to the kernel's.
+    """
+
+    expansion_error: float
+    outputscale: float
+    residual: Tensor
+    noise: Tensor | None
 
 
 class GramToleranceWarning(RuntimeWarning):
@@ -192,6 +248,10 @@ class WalkSchedule:
         corrected for the estimate's second-order bias (module docstring), from a second,
         independent draw at the training nodes; ``False`` trains them on the plain likelihood
         of the prediction walks.
+    :param predict_error_tolerance: Largest estimated mean squared error the prediction walks
+        add to the predictive mean at held-out rows, relative to the latent predictive
+        variance there, when training ends on a bias-corrected round (module
+        docstring); more walkers are drawn above it, unless ``predict_walkers`` is given.
     :raises TypeError: If a count is not an int or a tolerance not a number.
     :raises ValueError: If a walker count is odd or below 2, a tolerance is not in (0, 1),
         a count is below 1 or ``refits`` is negative.
@@ -208,6 +268,7 @@ class WalkSchedule:
     refits: int = REFITS
     refit_tolerance: float = REFIT_TOLERANCE
     bias_correction: bool = True
+    predict_error_tolerance: float = PREDICT_ERROR_TOLERANCE
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__
@@ -221,6 +282,8 @@ class WalkSchedule:
         set_field(self, "sigma_fit_samples", check_int("sigma_fit_samples", self.sigma_fit_samples, 1))
         set_field(self, "refits", check_int("refits", self.refits, 0))
         set_field(self, "refit_tolerance", check_fraction("refit_tolerance", self.refit_tolerance))
+        set_field(self, "predict_error_tolerance",
+                  check_fraction("predict_error_tolerance", self.predict_error_tolerance))
         for name in ("predict", "bias_correction"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")

@@ -18,6 +18,7 @@ from gp_couple.kernels import grf_kernel as grf_kernel_module
 from gp_couple.kernels.grf_kernel import TRAIN_P_HALT, TRAIN_WALKERS
 from gp_couple.kernels.walk_schedule import (
     DEFAULT_SCHEDULE,
+    MAX_PREDICT_WALKERS,
     BiasCorrectionWarning,
     GramToleranceWarning,
     hyperparameter_change,
@@ -336,3 +337,49 @@ def test_fit_gp_reports_how_the_whole_run_ended_once(monkeypatch: pytest.MonkeyP
         assert not history.converged and len(reports) == 1
         assert "stopped before the stopping rule held" in str(reports[0].message)
         assert reports[0].filename == __file__  # it points at the caller of fit_gp
+
+
+def _fitted(graph, train: np.ndarray, targets: torch.Tensor, schedule: WalkSchedule) -> GraphGP:
+    kernel = gpytorch.kernels.ScaleKernel(GRFKernel(graph, seed=0, schedule=schedule))
+    model = GraphGP(train, targets, gpytorch.likelihoods.GaussianLikelihood(), kernel).double()
+    with grf_gp_settings():
+        fit_gp(model, model.likelihood, iterations=200, optimizer="lbfgs", seed=0)
+    return model
+
+
+def _held_out_mean_error(model: GraphGP, graph, train: np.ndarray) -> float:
+    """Mean squared distance of the model's latent mean at the unobserved nodes from the exact kernel's, at the
+    same hyperparameters, relative to the exact latent predictive variance there."""
+    held_out = np.setdiff1d(np.arange(graph.num_nodes), train)
+    base = model.covar_module.base_kernel
+    exact = GraphGP(train, model.train_targets, model.likelihood, gpytorch.kernels.ScaleKernel(ExactGraphKernel(
+        graph, kernel_family=Diffusion(base.kernel_family.gamma.item())))).double()
+    exact.covar_module.outputscale = model.covar_module.outputscale.item()
+    exact.mean_module.load_state_dict(model.mean_module.state_dict())
+    model.eval()
+    exact.eval()
+    with torch.no_grad(), gpytorch.settings.fast_pred_var(False):
+        reference = exact(torch.as_tensor(held_out))
+        mean = model(torch.as_tensor(held_out)).mean
+    return float((mean - reference.mean).square().mean() / reference.variance.mean())
+
+
+def test_prediction_walkers_grow_until_the_predictive_mean_is_accurate():
+    # A long-range draw at a high signal-to-noise ratio: a coarse Gram error tolerance leaves
+    # walks whose noise is a large part of the predictive error away from the data.
+    graph, train, targets = _long_range_draw(0)
+    loose = WalkSchedule(max_train_walkers=256, sigma_fit_samples=20, predict_tolerance=0.03,
+                         predict_error_tolerance=0.9)
+    unchecked = _fitted(graph, train, targets, loose)
+    with pytest.warns(GramToleranceWarning, match="predictive mean") as caught:
+        checked = _fitted(graph, train, targets, WalkSchedule(**{**loose.to_dict(), "predict_error_tolerance": 0.002}))
+    assert caught[0].filename == __file__
+    first, more = unchecked.covar_module.base_kernel, checked.covar_module.base_kernel
+    # The same training (same seed) up to the check, which then draws more walkers, up to the cap.
+    assert first.kernel_family.hyperparameters() == more.kernel_family.hyperparameters()
+    assert first.prediction_error_estimate > 10 * 0.002
+    assert more.num_walkers == MAX_PREDICT_WALKERS >= 4 * first.num_walkers
+    assert more.prediction_error_estimate == pytest.approx(
+        first.prediction_error_estimate * first.num_walkers / more.num_walkers)
+    errors = [_held_out_mean_error(model, graph, train) for model in (unchecked, checked)]
+    assert errors[1] < 0.5 * errors[0]         # more walkers, a more accurate mean
