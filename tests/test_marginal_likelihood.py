@@ -353,3 +353,16 @@ def test_the_prediction_error_needs_held_out_rows_and_a_diagonal_noise():
         model.covar_module(x).to_dense()
     noise = torch.full((TRAIN.size,), 0.05, dtype=torch.float64)
     assert rows_at_the_data.estimate_prediction_error(PairedEvaluation(0.0, 1.7, residual, noise)) is None
+
+
+def test_the_round_that_training_ends_on_checks_the_prediction_walkers_unless_they_were_given():
+    for given in (64, None):
+        model, kernel = _paired_model(predict_walkers=given, max_predict_walkers=64)
+        with gpytorch.settings.max_cholesky_size(10_000):
+            DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs), model.train_targets)
+        assert not kernel.prepare_prediction(1)     # the hyperparameters did not move: training ends
+        if given is None:
+            assert kernel.prediction_error_estimate > 0
+        else:
+            assert kernel.prediction_error_estimate is None and kernel.num_walkers == given
+        assert kernel.num_walkers <= 64 and kernel.estimate_difference() is None

@@ -475,15 +475,14 @@ class GRFKernel(GraphNodeKernel):
         own training covariance :math:`\mathbf C^{(k)} = s\widehat{\mathbf K}^{(k)}_{TT} +
         \operatorname{diag}(\sigma^2)`:
         :math:`\mu_*^{(k)} = s\widehat{\mathbf K}^{(k)}_{*T}\mathbf C^{(k)-1}\mathbf r` and
-        :math:`v_*^{(k)} = s\widehat k^{(k)}_{**} - s^2\widehat{\mathbf k}^{(k)	op}_{*T}
+        :math:`v_*^{(k)} = s\widehat k^{(k)}_{**} - s^2\widehat{\mathbf k}^{(k)\top}_{*T}
         \mathbf C^{(k)-1}\widehat{\mathbf k}^{(k)}_{*T}`. The two means differ by twice the
         variance of one draw's error, so
 
         .. math::
 
-            \hat
-ho = rac{	frac12\,\overline{(\mu_*^{(1)} - \mu_*^{(2)})^2}}
-            {	frac12\,\overline{(v_*^{(1)} + v_*^{(2)})} + ar\sigma^2}
+            \hat\rho = \frac{\tfrac12\,\overline{(\mu_*^{(1)} - \mu_*^{(2)})^2}}
+            {\tfrac12\,\overline{(v_*^{(1)} + v_*^{(2)})}}
 
         estimates the mean squared error this draw adds to the predictive mean, as a fraction
         of the latent predictive variance (the exact GP's expected squared error against the
@@ -494,8 +493,9 @@ ho = rac{	frac12\,\overline{(\mu_*^{(1)} - \mu_*^{(2)})^2}}
 
         :param evaluation: The report of the last paired evaluation (its output scale,
             residual and noise, :class:`~gp_couple.kernels.walk_schedule.PairedEvaluation`).
-        :return: :math:`\hat
-ho`, or ``None`` without paired training inputs, without
+        :param nodes: The validated training node indices of that evaluation (default: those
+            of the last paired evaluation since the walks were drawn).
+        :return: :math:`\hat\rho`, or ``None`` without paired training inputs, without
             held-out rows (the kernel's rows are the training nodes) or without a diagonal noise.
         """
         nodes = self._paired_nodes if nodes is None else nodes
