@@ -193,7 +193,8 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
     if isinstance(base, GRFKernel):
         result.update(predict_walkers=base.num_walkers, predict_p_halt=base.p_halt,
                       gram_error_estimate=base.gram_error_estimate,
-                      prediction_error_estimate=base.prediction_error_estimate)
+                      prediction_error_estimate=base.prediction_error_estimate,
+                      bias_expansion_error=base.bias_expansion_error)
     result.update(_hyper(model, likelihood))
     result.update(test_rmse=rmse(mean, signal[test]),
                   test_nlpd=None if prediction is None else nlpd(mean, prediction.variance.double().numpy(),

@@ -460,6 +460,7 @@ class GRFKernel(GraphNodeKernel):
                               "WalkSchedule, or set bias_correction=False", BiasCorrectionWarning, stacklevel=3)
             if self.schedule.predict_walkers is None and nodes is not None:
                 self._walkers_for_prediction_error(last, nodes)
+            self.bias_expansion_error = last.expansion_error
         self.finish_training()
         self._pairing = (another and self.schedule.bias_correction
                          and self.gram_error_estimate <= self.schedule.predict_tolerance)
@@ -542,8 +543,9 @@ class GRFKernel(GraphNodeKernel):
         wanted = 2 * math.ceil(self.num_walkers * error / tolerance / 2)
         walkers = min(wanted, within)
         if walkers >= WALKER_STEP * self.num_walkers:
-            drawn = self.num_walkers
+            drawn, drawn_for = self.num_walkers, self.prediction_hyperparameters
             self.resample(self.seed + 1, num_walkers=walkers)
+            self.prediction_hyperparameters = drawn_for
             self.gram_error_estimate = self.estimate_gram_error(seed=self.seed)
             self.prediction_error_estimate = error * drawn / walkers
             _LOG.info("prediction walks: redrawn with %d walkers per node (estimated Gram error %.3g, estimated "
@@ -658,6 +660,9 @@ class GRFKernel(GraphNodeKernel):
         #: Estimated error the current walks add to the predictive mean (:meth:`estimate_prediction_error`;
         #: set when training ends on a bias-corrected round, scaled to the walkers drawn after it).
         self.prediction_error_estimate: float | None = None
+        #: The estimate's whitened error where training ended on a bias-corrected round
+        #: (:data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`), else ``None``.
+        self.bias_expansion_error: float | None = None
         self.num_walkers: int = config["num_walkers"]
         self.p_halt: float = config["p_halt"]
         self.coupling: WalkLengthCoupling = config["coupling"]

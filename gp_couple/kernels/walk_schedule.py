@@ -146,7 +146,7 @@ REFITS = 2
 REFIT_TOLERANCE = 0.05
 #: Largest whitened error of the mean estimate, :math:`\|\mathbf C^{-1/2}\mathbf H\mathbf C^{-1/2}\|_2` with
 #: :math:`\mathbf H = s(\bar{\mathbf K} - \mathbf K)`, at which a bias-corrected round ends without a warning.
-BIAS_EXPANSION_LIMIT = 0.4
+BIAS_EXPANSION_LIMIT = 0.3
 
 
 @dataclass(frozen=True)

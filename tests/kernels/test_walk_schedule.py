@@ -381,5 +381,8 @@ def test_prediction_walkers_grow_until_the_predictive_mean_is_accurate():
     assert more.num_walkers == MAX_PREDICT_WALKERS >= 4 * first.num_walkers
     assert more.prediction_error_estimate == pytest.approx(
         first.prediction_error_estimate * first.num_walkers / more.num_walkers)
+    # Redrawn for the same hyperparameters, after the same corrected round.
+    assert more.prediction_hyperparameters == more.kernel_family.hyperparameters()
+    assert more.bias_expansion_error == first.bias_expansion_error > 0
     errors = [_held_out_mean_error(model, graph, train) for model in (unchecked, checked)]
     assert errors[1] < 0.5 * errors[0]         # more walkers, a more accurate mean
