@@ -393,6 +393,11 @@ class GRFKernel(GraphNodeKernel):
         (:data:`~gp_couple.kernels.walk_schedule.WALKER_STEP`) or the termination probability falls
         below four fifths of the current one.
 
+        Walks capped by ``schedule.max_train_walkers`` above the tolerance warn
+        (:class:`~gp_couple.kernels.walk_schedule.GramToleranceWarning`) only where training
+        ends on them (no training rounds on prediction walks follow, ``schedule.predict`` off
+        or ``schedule.refits`` 0).
+
         :param phase: The training phase about to start (1 for the first redraw).
         :return: Whether the walks were redrawn (never without a schedule, nor after
             ``schedule.phases`` phases).
@@ -406,8 +411,10 @@ class GRFKernel(GraphNodeKernel):
         walkers, error = self.walkers_for(schedule.train_tolerance, start=self.num_walkers,
                                           max_walkers=max(schedule.max_train_walkers, self.num_walkers),
                                           p_halt=p_halt, coupling=coupling, seed=seed)
-        warn_if_short("training", error, schedule.train_tolerance, walkers,
-                      max(schedule.max_train_walkers, self.num_walkers))
+        if not (schedule.predict and schedule.refits):
+            # Only where training ends on these walks: rounds on the prediction walks follow otherwise.
+            warn_if_short("training", error, schedule.train_tolerance, walkers,
+                          max(schedule.max_train_walkers, self.num_walkers))
         if not schedule.needs_redraw(walkers, self.num_walkers, p_halt, self.p_halt):
             return False
         _LOG.info("training phase %d: %d walkers per node at p_halt %.3g (estimated Gram error %.3g)",

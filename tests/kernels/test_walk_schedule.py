@@ -180,6 +180,17 @@ def test_walks_that_miss_the_tolerance_at_the_cap_warn_and_name_the_remedy():
     assert model.covar_module.base_kernel.num_walkers == 8
 
 
+def test_capped_training_walks_warn_only_where_training_ends_on_them():
+    capped = {"max_train_walkers": 48, "max_predict_walkers": 256, "sigma_fit_samples": 10}
+    for ends_on_training_walks in (WalkSchedule(**capped, predict=False), WalkSchedule(**capped, refits=0)):
+        with pytest.warns(GramToleranceWarning, match="training walks reach"):
+            _fit(_model(schedule=ends_on_training_walks))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _fit(_model(schedule=WalkSchedule(**capped)))     # rounds on the prediction walks follow
+    assert not [warning for warning in caught if "training walks reach" in str(warning.message)]
+
+
 def test_walks_within_the_tolerance_do_not_warn():
     model = _model(schedule=WalkSchedule(sigma_fit_samples=10))
     with warnings.catch_warnings():
