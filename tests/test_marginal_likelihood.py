@@ -345,6 +345,8 @@ def test_the_prediction_error_needs_held_out_rows_and_a_diagonal_noise():
         model.covar_module(x).to_dense()
     residual = (model.train_targets - model.mean_module(x)).detach()
     assert kernel.estimate_prediction_error(PairedEvaluation(0.0, 1.7, residual, None)) is None
+    with pytest.raises(TypeError, match="PairedEvaluation"):
+        kernel.estimate_prediction_error({"outputscale": 1.7})
     rows_at_the_data = GRFKernel(GRAPH, kernel_family=Diffusion(1.5), seed=0, nodes=TRAIN,
                                  schedule=WalkSchedule(predict_walkers=64, predict_tolerance=0.5, sigma_fit_samples=5))
     model = _model(rows_at_the_data, torch.float64)

@@ -473,7 +473,7 @@ class GRFKernel(GraphNodeKernel):
                          and self.gram_error_estimate <= self.schedule.predict_tolerance)
         return another
 
-    def estimate_prediction_error(self, evaluation: PairedEvaluation, nodes: Tensor | None = None) -> float | None:
+    def estimate_prediction_error(self, evaluation: PairedEvaluation) -> float | None:
         r"""The mean squared error the walks add to the predictive mean away from the data, relative to its scale.
 
         At up to :data:`~gp_couple.kernels.walk_schedule.HELD_OUT_ROWS` of the kernel's rows
@@ -501,12 +501,17 @@ class GRFKernel(GraphNodeKernel):
 
         :param evaluation: The report of the last paired evaluation (its output scale,
             residual and noise, :class:`~gp_couple.kernels.walk_schedule.PairedEvaluation`).
-        :param nodes: The validated training node indices of that evaluation (default: those
-            of the last paired evaluation since the walks were drawn).
         :return: :math:`\hat\rho`, or ``None`` without paired training inputs, without
             held-out rows (the kernel's rows are the training nodes) or without a diagonal noise.
+        :raises TypeError: If ``evaluation`` is not a
+            :class:`~gp_couple.kernels.walk_schedule.PairedEvaluation`.
         """
-        nodes = self._paired_nodes if nodes is None else nodes
+        if not isinstance(evaluation, PairedEvaluation):
+            raise TypeError(f"evaluation must be a PairedEvaluation, got {type(evaluation).__name__}")
+        return self._estimate_prediction_error(evaluation, self._paired_nodes)
+
+    def _estimate_prediction_error(self, evaluation: PairedEvaluation, nodes: Tensor | None) -> float | None:
+        """:meth:`estimate_prediction_error` for the training inputs ``nodes`` (validated node indices)."""
         if nodes is None or evaluation.noise is None:
             return None
         pair = self._pair_draw(nodes)
@@ -536,7 +541,7 @@ class GRFKernel(GraphNodeKernel):
 
     def _walkers_for_prediction_error(self, evaluation: PairedEvaluation, nodes: Tensor) -> None:
         """Step 5 of the schedule: more prediction walkers where the predictive mean needs them."""
-        error = self.estimate_prediction_error(evaluation, nodes)
+        error = self._estimate_prediction_error(evaluation, nodes)
         self.prediction_error_estimate = error
         if error is None:
             return
