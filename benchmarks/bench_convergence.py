@@ -29,7 +29,7 @@ block Krylov with a residual bound above). Methods, each in a fresh subprocess:
   at its default (hence its default walk schedule), trained by :func:`gp_couple.models.fit_gp`
   to convergence (L-BFGS, its stopping rule) and predicted by
   :func:`gp_couple.models.predict` on the walks ``fit_gp`` leaves, all under
-  ``grf_gp_settings()``;
+  ``grf_gp_settings()`` (every method; ``--max-cholesky-size`` changes that setting);
   ``--predict-tolerance`` and ``--max-predict-walkers`` change those two fields of its
   schedule (the prediction walks' accuracy), ``--no-bias-correction`` trains its rounds on
   the prediction walks on the plain likelihood;
@@ -109,11 +109,13 @@ def _hyper(model: Any, likelihood: Any) -> dict[str, float]:
 
 def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: int,
                hyper: dict[str, float] | None, exact_starts: str = "both",
-               exact_variances: bool = True, schedule_options: dict[str, Any] | None = None) -> dict[str, Any]:
+               exact_variances: bool = True, schedule_options: dict[str, Any] | None = None,
+               settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train (or set) and predict with one method; return accuracy, hyperparameters and times.
 
     :param schedule_options: ``WalkSchedule`` fields that the ``defaults`` method changes
         (``None``: the constructor's schedule).
+    :param settings: ``grf_gp_settings`` overrides of every method (``None``: the recommended ones).
     """
     import warnings
 
@@ -142,14 +144,14 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
             schedule = {} if schedule_options is None else {"schedule": WalkSchedule(**schedule_options)}
             defaults = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed, **schedule)
             model, likelihood = _model(graph, train, observed, defaults)
-            with grf_gp_settings():
+            with grf_gp_settings(**(settings or {})):
                 history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
             result.update(iterations=len(history), evaluations=history.evaluations, converged=history.converged,
                           final_loss=history[-1], phases=history.phases)
         elif method == "adam300":
             fixed = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed, schedule=None)
             model, likelihood = _model(graph, train, observed, fixed)
-            with grf_gp_settings():
+            with grf_gp_settings(**(settings or {})):
                 history = fit_gp(model, likelihood, iterations=300, lr=0.05, seed=seed)
                 fixed.resample_for_prediction(512, follow_range=False, seed=seed)
             result.update(iterations=len(history), final_loss=history[-1])
@@ -165,7 +167,7 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
                 model, likelihood = _model(graph, train, observed, _exact_kernel(graph, 1.0, dense_limit))
                 if start_at is not None:
                     _set(model, likelihood, start_at)
-                with grf_gp_settings():
+                with grf_gp_settings(**(settings or {})):
                     history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
                 name = "default" if start_at is None else "recipe"
                 result[f"loss_from_{name}_start"] = history[-1]
@@ -183,10 +185,11 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
             # Means only: one CG solve and one cross-covariance product (exact variances at
             # 10^4 training points need every column of the training covariance).
             model.eval()
-            with grf_gp_settings(), torch.no_grad(), gpytorch.settings.skip_posterior_variances(True):
+            with (grf_gp_settings(**(settings or {})), torch.no_grad(),
+                  gpytorch.settings.skip_posterior_variances(True)):
                 mean = model(model.node_inputs(test)).mean.double().numpy()
         else:
-            with grf_gp_settings():
+            with grf_gp_settings(**(settings or {})):
                 prediction = predict(model, likelihood, test, seed=seed)
             mean = prediction.mean.double().numpy()
     base = model.covar_module.base_kernel
@@ -242,8 +245,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="the defaults model's WalkSchedule.predict_error_tolerance (default: the schedule's)")
     parser.add_argument("--no-bias-correction", action="store_true",
                         help="the defaults model's WalkSchedule.bias_correction off (the plain likelihood)")
+    parser.add_argument("--max-cholesky-size", type=int, default=None,
+                        help="grf_gp_settings' max_cholesky_size for every method (default: the recommended 8192)")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
+    settings = None if args.max_cholesky_size is None else {"max_cholesky_size": args.max_cholesky_size}
     schedule_options = {name: value for name, value in (("predict_tolerance", args.predict_tolerance),
                                                         ("max_predict_walkers", args.max_predict_walkers),
                                                         ("predict_error_tolerance", args.predict_error_tolerance),
@@ -280,8 +286,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else:
                 row = run_in_subprocess(__file__, run_method, spec, method, args.iterations, args.seed,
                                         args.dense_limit, hyper, args.exact_starts, not args.exact_means_only,
-                                        schedule_options if method == "defaults" else None)
+                                        schedule_options if method == "defaults" else None, settings)
                 row.update(problem=spec, seed=args.seed, load=os.getloadavg()[0])
+                if settings is not None:
+                    row.update(settings=settings)
                 if method == "defaults" and schedule_options is not None:
                     row.update(schedule_options=schedule_options)
             if "error" in row:

@@ -54,9 +54,11 @@ objective stays deterministic); the gradient is in closed form, as for the plain
 Each evaluation also estimates the whitened error :math:`\tfrac12\|\mathbf L^{-1}\mathbf H
 \mathbf L^{-\top}\|_2` (:math:`\mathbf C = \mathbf L\mathbf L^\top`; power iteration) and
 reports it to the kernel with the output scale, the residual and the noise
-(:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.record_paired_evaluation`), which warns
-when a round ends where the expansion is inaccurate, and checks its prediction walks
-against the predictive mean there (:mod:`gp_couple.kernels.walk_schedule`).
+(:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.record_evaluation`), which warns
+when a round ends where the expansion is inaccurate. Evaluations on one draw (dense or
+CG/Lanczos) report the same without the whitened error, for every model whose covariance
+is one graph kernel, optionally scaled: when training ends, a GRF kernel checks its
+prediction walks against the predictive mean there (:mod:`gp_couple.kernels.walk_schedule`).
 """
 
 from __future__ import annotations
@@ -68,12 +70,13 @@ from typing import Any
 import gpytorch
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
+from linear_operator import to_linear_operator
 from linear_operator.operators import AddedDiagLinearOperator, LinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from .kernels.graph_node import GraphNodeKernel, graph_kernels
-from .kernels.walk_schedule import BiasCorrectionWarning, PairedEvaluation
+from .kernels.walk_schedule import BiasCorrectionWarning, LikelihoodEvaluation
 
 __all__ = ["BIAS_PROBES", "DenseMarginalLogLikelihood"]
 
@@ -223,11 +226,14 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
 
     def forward(self, function_dist: MultivariateNormal, target: Tensor, *params: Any, **kwargs: Any) -> Tensor:
         if (not isinstance(function_dist, MultivariateNormal) or isinstance(function_dist, MultitaskMultivariateNormal)
-                or function_dist.event_shape.numel() > gpytorch.settings.max_cholesky_size.value()
                 or gpytorch.settings.observation_nan_policy.value() != "ignore"):
             return super().forward(function_dist, target, *params, **kwargs)
         num_data = function_dist.event_shape.numel()
+        if num_data > gpytorch.settings.max_cholesky_size.value():
+            self._report(function_dist, target, params)
+            return super().forward(function_dist, target, *params, **kwargs)
         if not self._dense_solves_pay():
+            self._report(function_dist, target, params)
             with gpytorch.settings.max_cholesky_size(num_data - 1):
                 return super().forward(function_dist, target, *params, **kwargs)
         output = self.likelihood(function_dist, *params, **kwargs)
@@ -244,11 +250,12 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
                                                            self._probes(num_data, covariance))
             noise = operator._diag_tensor.diagonal() if isinstance(operator, AddedDiagLinearOperator) else None
             # D's second moment is four times that of the mean estimate's error.
-            kernel.record_paired_evaluation(PairedEvaluation(
+            kernel.record_evaluation(LikelihoodEvaluation(
                 expansion_error=float(whitened) / 2, outputscale=float(scale.detach()), residual=residual.detach(),
                 noise=None if noise is None else noise.detach().expand(num_data)))
             result = -0.5 * (terms + num_data * math.log(2 * math.pi))
         else:
+            self._report(function_dist, target, params)
             covariance = operator.to_dense()
             residual = target - output.mean
             batch = torch.broadcast_shapes(covariance.shape[:-2], residual.shape[:-1])
@@ -259,20 +266,43 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
         result = self._add_other_terms(result, params)
         return result.div_(num_data)
 
+    def _scale_of(self, kernel: GraphNodeKernel) -> Tensor | None:
+        """The output scale of a model whose covariance is ``kernel``, optionally in an unbatched ``ScaleKernel``."""
+        covar_module = getattr(self.model, "covar_module", None)
+        if covar_module is kernel:
+            return torch.ones(())
+        if (isinstance(covar_module, gpytorch.kernels.ScaleKernel) and covar_module.base_kernel is kernel
+                and covar_module.outputscale.ndim == 0):
+            return covar_module.outputscale
+        return None
+
+    def _report(self, function_dist: MultivariateNormal, target: Tensor, params: tuple[Any, ...]) -> None:
+        """Report an evaluation on one draw to the model's graph kernel (its output scale, residual and noise)."""
+        kernels = graph_kernels(self.model)
+        if len(kernels) != 1 or target.ndim != 1 or function_dist.batch_shape:
+            return
+        scale = self._scale_of(kernels[0])
+        if scale is None:
+            return
+        with torch.no_grad():
+            noise_covariance = getattr(self.likelihood, "_shaped_noise_covar", None)
+            noise = None if noise_covariance is None else noise_covariance(function_dist.mean.shape, *params)
+            noise = None if noise is None else to_linear_operator(noise).diagonal().expand(target.shape[-1])
+            kernels[0].record_evaluation(LikelihoodEvaluation(
+                expansion_error=None, outputscale=float(scale), residual=(target - function_dist.mean).detach(),
+                noise=noise))
+
     def _perturbation(self) -> tuple[GraphNodeKernel, Tensor, Tensor] | None:
         r"""The kernel of a paired evaluation, its output scale :math:`s` and :math:`\mathbf D`, or ``None``."""
         differences = [(kernel, difference) for kernel in graph_kernels(self.model)
                        if (difference := kernel.estimate_difference()) is not None]
         if not differences:
             return None
-        covar_module = getattr(self.model, "covar_module", None)
         if len(differences) == 1:
             kernel, difference = differences[0]
-            if covar_module is kernel:
-                return kernel, difference.new_ones(()), difference
-            if (isinstance(covar_module, gpytorch.kernels.ScaleKernel) and covar_module.base_kernel is kernel
-                    and covar_module.outputscale.ndim == 0):
-                return kernel, covar_module.outputscale, difference
+            scale = self._scale_of(kernel)
+            if scale is not None:
+                return kernel, scale.to(difference), difference
         if not getattr(self, "_bias_warned", False):
             self._bias_warned = True
             warnings.warn("the GRF likelihood's bias correction needs a model whose covariance is one GRFKernel, "

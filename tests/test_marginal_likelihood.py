@@ -14,7 +14,7 @@ from gp_couple._random import seeded_torch_rng
 from gp_couple.graphs import grid_graph
 from gp_couple.kernel_families import Diffusion
 from gp_couple.kernels import CoupledRFFKernel, ExactGraphKernel, GRFKernel, WalkSchedule
-from gp_couple.kernels.walk_schedule import BiasCorrectionWarning, PairedEvaluation
+from gp_couple.kernels.walk_schedule import BiasCorrectionWarning, LikelihoodEvaluation
 from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood, _BiasCorrectedGaussian, _whitened_norm
 from gp_couple.models import GraphGP
 
@@ -289,7 +289,7 @@ def test_a_covariance_that_is_not_a_scaled_grf_estimate_trains_on_the_mean_and_w
 def test_a_paired_evaluation_reports_the_scale_residual_and_noise_to_its_kernel(monkeypatch: pytest.MonkeyPatch):
     model, kernel = _paired_model()
     reports = []
-    monkeypatch.setattr(kernel, "record_paired_evaluation", reports.append)
+    monkeypatch.setattr(kernel, "record_evaluation", reports.append)
     x = model.train_inputs[0]
     with gpytorch.settings.max_cholesky_size(10_000):
         DenseMarginalLogLikelihood(model.likelihood, model)(model(x), model.train_targets)
@@ -298,6 +298,49 @@ def test_a_paired_evaluation_reports_the_scale_residual_and_noise_to_its_kernel(
     torch.testing.assert_close(report.residual, (model.train_targets - model.mean_module(x)).detach())
     torch.testing.assert_close(report.noise, torch.full((TRAIN.size,), 0.05, dtype=torch.float64))
     assert not report.residual.requires_grad and 0 < report.expansion_error < 1
+
+
+@pytest.mark.parametrize("solver", ["dense", "cg"])
+def test_an_evaluation_on_one_draw_reports_without_an_expansion_error(monkeypatch: pytest.MonkeyPatch, solver: str):
+    kernel = GRFKernel(GRAPH, kernel_family=Diffusion(1.5), seed=0)
+    model = _model(kernel, torch.float64)
+    reports = []
+    monkeypatch.setattr(kernel, "record_evaluation", reports.append)
+    x = model.train_inputs[0]
+    with gpytorch.settings.max_cholesky_size(10_000 if solver == "dense" else 0):
+        DenseMarginalLogLikelihood(model.likelihood, model)(model(x), model.train_targets)
+    (report,) = reports
+    assert report.expansion_error is None and report.outputscale == pytest.approx(1.7)
+    torch.testing.assert_close(report.residual, (model.train_targets - model.mean_module(x)).detach())
+    torch.testing.assert_close(report.noise, torch.full((TRAIN.size,), 0.05, dtype=torch.float64))
+
+
+def test_models_of_other_kernels_report_nothing(monkeypatch: pytest.MonkeyPatch):
+    kernel = GRFKernel(GRAPH, kernel_family=Diffusion(1.5), seed=0)
+    model = _model(kernel, torch.float64)
+    model.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.ScaleKernel(kernel)).double()
+    reports = []
+    monkeypatch.setattr(kernel, "record_evaluation", reports.append)
+    with gpytorch.settings.max_cholesky_size(0):
+        DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs), model.train_targets)
+    assert reports == []
+
+
+def test_the_prediction_error_is_the_same_from_a_sparse_factor(monkeypatch: pytest.MonkeyPatch):
+    """Training sets above the dense size solve by a sparse factor of the GRF covariance: the same estimate."""
+    import gp_couple.predictive_variance as predictive_variance
+
+    model, kernel = _paired_model()
+    x = model.train_inputs[0]
+    with torch.no_grad():
+        model.covar_module(x).to_dense()
+    residual = (model.train_targets - model.mean_module(x)).detach()
+    evaluation = LikelihoodEvaluation(None, 1.7, residual, torch.full((TRAIN.size,), 0.05, dtype=torch.float64))
+    dense = kernel.estimate_prediction_error(evaluation)
+    monkeypatch.setattr(predictive_variance, "DENSE_VARIANCE_SIZE", 0)
+    monkeypatch.setattr(predictive_variance, "_dense_moments", None)    # never the dense factor now
+    sparse = kernel.estimate_prediction_error(evaluation)
+    assert dense > 0 and sparse == pytest.approx(dense, rel=1e-9)
 
 
 def test_the_prediction_error_estimate_is_the_variance_of_one_draws_predictive_mean():
@@ -316,7 +359,7 @@ def test_the_prediction_error_estimate_is_the_variance_of_one_draws_predictive_m
         with torch.no_grad():
             model.covar_module(x).to_dense()               # a paired evaluation: the second draw
             residual = model.train_targets - model.mean_module(x)
-            estimates.append(kernel.estimate_prediction_error(PairedEvaluation(
+            estimates.append(kernel.estimate_prediction_error(LikelihoodEvaluation(
                 0.0, scale, residual, torch.full((n,), noise, dtype=torch.float64))))
             kernel.finish_training()
             own = kernel(nodes, nodes).to_dense()
@@ -344,8 +387,8 @@ def test_the_prediction_error_needs_held_out_rows_and_a_diagonal_noise():
     with torch.no_grad():
         model.covar_module(x).to_dense()
     residual = (model.train_targets - model.mean_module(x)).detach()
-    assert kernel.estimate_prediction_error(PairedEvaluation(0.0, 1.7, residual, None)) is None
-    with pytest.raises(TypeError, match="PairedEvaluation"):
+    assert kernel.estimate_prediction_error(LikelihoodEvaluation(0.0, 1.7, residual, None)) is None
+    with pytest.raises(TypeError, match="LikelihoodEvaluation"):
         kernel.estimate_prediction_error({"outputscale": 1.7})
     rows_at_the_data = GRFKernel(GRAPH, kernel_family=Diffusion(1.5), seed=0, nodes=TRAIN,
                                  schedule=WalkSchedule(predict_walkers=64, predict_tolerance=0.5, sigma_fit_samples=5))
@@ -354,7 +397,7 @@ def test_the_prediction_error_needs_held_out_rows_and_a_diagonal_noise():
     with torch.no_grad():
         model.covar_module(x).to_dense()
     noise = torch.full((TRAIN.size,), 0.05, dtype=torch.float64)
-    assert rows_at_the_data.estimate_prediction_error(PairedEvaluation(0.0, 1.7, residual, noise)) is None
+    assert rows_at_the_data.estimate_prediction_error(LikelihoodEvaluation(0.0, 1.7, residual, noise)) is None
 
 
 def test_the_round_that_training_ends_on_checks_the_prediction_walkers_unless_they_were_given():

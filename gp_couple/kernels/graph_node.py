@@ -34,7 +34,7 @@ from ..graphs import Graph
 from ..kernel_families import Diffusion, KernelFamily
 from ._inputs import InputCache
 from ._state import check_state_tensors
-from .walk_schedule import PairedEvaluation
+from .walk_schedule import LikelihoodEvaluation
 
 __all__ = ["GraphNodeKernel", "check_node_tensor_form", "graph_kernels"]
 
@@ -212,16 +212,16 @@ class GraphNodeKernel(Kernel):
         """
         return None
 
-    def record_paired_evaluation(self, evaluation: PairedEvaluation) -> None:
-        """Keep the report of a bias-corrected evaluation (exact kernels: never called).
+    def record_evaluation(self, evaluation: LikelihoodEvaluation) -> None:
+        """Keep the report of a training evaluation of the likelihood (exact kernels: nothing to keep).
 
         :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood` reports it after
-        each evaluation on the pair :meth:`estimate_difference` gave;
+        each evaluation of a model whose covariance is this kernel, optionally scaled;
         :meth:`gp_couple.kernels.grf_kernel.GRFKernel.prepare_prediction` reads the last one.
 
-        :param evaluation: The whitened error of the estimate, the output scale, the
-            residual and the noise of that evaluation
-            (:class:`~gp_couple.kernels.walk_schedule.PairedEvaluation`).
+        :param evaluation: The output scale, the residual and the noise of that evaluation,
+            and the estimate's whitened error where it was bias-corrected
+            (:class:`~gp_couple.kernels.walk_schedule.LikelihoodEvaluation`).
         """
 
     def covered_nodes(self) -> Tensor | None:

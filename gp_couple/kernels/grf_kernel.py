@@ -42,8 +42,7 @@ from typing import Any, NamedTuple
 import gpytorch
 import numpy as np
 import torch
-from linear_operator.operators import DenseLinearOperator, LinearOperator
-from linear_operator.utils.cholesky import psd_safe_cholesky
+from linear_operator.operators import DenseLinearOperator, DiagLinearOperator, LinearOperator
 from torch import Tensor
 
 from .._checks import check_even_walkers, check_fraction, check_int, check_p_halt, is_int
@@ -63,6 +62,7 @@ from ..graphs import Graph
 from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
 from ..kernel_families import KernelFamily
 from ..operators import GRFGramLinearOperator, SparseFeatureLinearOperator
+from ..predictive_variance import posterior_variance
 from ..sparse_pattern import CSRPattern
 from ._inputs import InputCache, same_inputs
 from .graph_node import GraphNodeKernel
@@ -77,7 +77,7 @@ from .walk_schedule import (
     WALKER_STEP,
     BiasCorrectionWarning,
     GramToleranceWarning,
-    PairedEvaluation,
+    LikelihoodEvaluation,
     WalkSchedule,
     hyperparameter_change,
     warn_if_short,
@@ -437,10 +437,10 @@ class GRFKernel(GraphNodeKernel):
         a second-order expansion in the estimate's error, and walks capped above the
         tolerance (by ``schedule.max_predict_walkers`` or memory, with a
         :class:`~gp_couple.kernels.walk_schedule.GramToleranceWarning`) train on the plain
-        likelihood. When training ends on a paired round and the schedule chooses the
+        likelihood. When training ends on the prediction walks and the schedule chooses the
         prediction walkers, the kernel estimates the error its walks add to the predictive
-        mean (:meth:`estimate_prediction_error`) and draws more walkers where it exceeds
-        ``schedule.predict_error_tolerance``.
+        mean (:meth:`estimate_prediction_error`, from the last evaluation's report, whatever
+        the solver) and draws more walkers where it exceeds ``schedule.predict_error_tolerance``.
 
         :warns BiasCorrectionWarning: When training ends on a bias-corrected round whose last
             evaluation put the estimate's whitened error above
@@ -454,12 +454,12 @@ class GRFKernel(GraphNodeKernel):
             training round on them.
         """
         # Only the round that training ends on matters: a round on redrawn walks follows the others.
-        last = self._evaluation if refit and self._pairing else None
-        # Kept: redrawing the walks ends the pairing.
-        nodes = self._paired_nodes
+        last = self._evaluation if refit else None
+        # Kept: redrawing the walks ends the round.
+        nodes = self._training_nodes
         another = self._draw_prediction_walks(refit)
         if last is not None and not another:
-            if last.expansion_error > BIAS_EXPANSION_LIMIT:
+            if last.expansion_error is not None and last.expansion_error > BIAS_EXPANSION_LIMIT:
                 warnings.warn(f"the likelihood's bias correction is a second-order expansion in the GRF estimate's "
                               f"error, but where training ended that error is {last.expansion_error:.2g} of the "
                               f"covariance in its worst direction (above {BIAS_EXPANSION_LIMIT:g}), and the correction "
@@ -473,14 +473,14 @@ class GRFKernel(GraphNodeKernel):
                          and self.gram_error_estimate <= self.schedule.predict_tolerance)
         return another
 
-    def estimate_prediction_error(self, evaluation: PairedEvaluation) -> float | None:
+    def estimate_prediction_error(self, evaluation: LikelihoodEvaluation) -> float | None:
         r"""The mean squared error the walks add to the predictive mean away from the data, relative to its scale.
 
         At up to :data:`~gp_couple.kernels.walk_schedule.HELD_OUT_ROWS` of the kernel's rows
         outside the training set (fixed by the kernel's seed), predicts from this estimate
-        and from the independent second draw of the last paired training evaluation
-        (:meth:`estimate_difference`; drawn again if the walks changed since), each with its
-        own training covariance :math:`\mathbf C^{(k)} = s\widehat{\mathbf K}^{(k)}_{TT} +
+        and from an independent second draw (that of the bias-corrected rounds,
+        :meth:`estimate_difference`; drawn for the check where training had none or the walks
+        changed since), each with its own training covariance :math:`\mathbf C^{(k)} = s\widehat{\mathbf K}^{(k)}_{TT} +
         \operatorname{diag}(\sigma^2)`:
         :math:`\mu_*^{(k)} = s\widehat{\mathbf K}^{(k)}_{*T}\mathbf C^{(k)-1}\mathbf r` and
         :math:`v_*^{(k)} = s\widehat k^{(k)}_{**} - s^2\widehat{\mathbf k}^{(k)\top}_{*T}
@@ -494,23 +494,25 @@ class GRFKernel(GraphNodeKernel):
 
         estimates the mean squared error this draw adds to the predictive mean, as a fraction
         of the latent predictive variance (the exact GP's expected squared error against the
-        latent function). The test RMSE grows by about :math:`\sqrt{1+\hat\rho}` on average,
-        and by a random amount of order :math:`\sqrt{\hat\rho}` times the correlation of the
-        walks' error with the exact GP's (large on smooth fields, which have few independent
-        test errors).
+        latent function). The solves are exact: a dense factor, or a sparse one of the GRF
+        covariance (:func:`~gp_couple.predictive_variance.posterior_variance`). The test RMSE
+        grows by about :math:`\sqrt{1+\hat\rho}` on average, and by a random amount of order
+        :math:`\sqrt{\hat\rho}` times the correlation of the walks' error with the exact GP's
+        (large on smooth fields, which have few independent test errors).
 
-        :param evaluation: The report of the last paired evaluation (its output scale,
-            residual and noise, :class:`~gp_couple.kernels.walk_schedule.PairedEvaluation`).
-        :return: :math:`\hat\rho`, or ``None`` without paired training inputs, without
-            held-out rows (the kernel's rows are the training nodes) or without a diagonal noise.
+        :param evaluation: The report of the last training evaluation (its output scale,
+            residual and noise, :class:`~gp_couple.kernels.walk_schedule.LikelihoodEvaluation`).
+        :return: :math:`\hat\rho`, or ``None`` before a training evaluation, without
+            held-out rows (the kernel's rows are the training nodes), without a diagonal noise,
+            or where neither a dense nor a sparse factor fits in memory.
         :raises TypeError: If ``evaluation`` is not a
-            :class:`~gp_couple.kernels.walk_schedule.PairedEvaluation`.
+            :class:`~gp_couple.kernels.walk_schedule.LikelihoodEvaluation`.
         """
-        if not isinstance(evaluation, PairedEvaluation):
-            raise TypeError(f"evaluation must be a PairedEvaluation, got {type(evaluation).__name__}")
-        return self._estimate_prediction_error(evaluation, self._paired_nodes)
+        if not isinstance(evaluation, LikelihoodEvaluation):
+            raise TypeError(f"evaluation must be a LikelihoodEvaluation, got {type(evaluation).__name__}")
+        return self._estimate_prediction_error(evaluation, self._training_nodes)
 
-    def _estimate_prediction_error(self, evaluation: PairedEvaluation, nodes: Tensor | None) -> float | None:
+    def _estimate_prediction_error(self, evaluation: LikelihoodEvaluation, nodes: Tensor | None) -> float | None:
         """:meth:`estimate_prediction_error` for the training inputs ``nodes`` (validated node indices)."""
         if nodes is None or evaluation.noise is None:
             return None
@@ -520,7 +522,7 @@ class GRFKernel(GraphNodeKernel):
         with torch.no_grad():
             return self._prediction_error(nodes, pair, evaluation)
 
-    def _prediction_error(self, nodes: Tensor, pair: _PairDraw, evaluation: PairedEvaluation) -> float:
+    def _prediction_error(self, nodes: Tensor, pair: _PairDraw, evaluation: LikelihoodEvaluation) -> float | None:
         scale, residual, noise = evaluation.outputscale, evaluation.residual, evaluation.noise
         modulation = self.kernel_family.modulation(pair.features.num_terms)
         other_train = SparseFeatureLinearOperator(pair.steps.values(modulation), pattern=pair.pattern)
@@ -528,18 +530,22 @@ class GRFKernel(GraphNodeKernel):
         means, variances = [], []
         for train, held in ((self.feature_operator(nodes, name="x1"), self.feature_operator(pair.held_out)),
                             (other_train, other_held)):
-            covariance = scale * GRFGramLinearOperator(train).to_dense()
-            covariance.diagonal().add_(noise)
-            factor = psd_safe_cholesky(covariance)
-            cross = scale * GRFGramLinearOperator(held, train).to_dense()
-            means.append(cross @ torch.cholesky_solve(residual.unsqueeze(-1), factor).squeeze(-1))
-            explained = torch.linalg.solve_triangular(factor, cross.mT, upper=False).square().sum(-2)
-            variances.append(scale * GRFGramLinearOperator(held)._diagonal() - explained)
+            # Exact solves whatever the size (dense, or a sparse factor): the two means differ by little.
+            covariance = GRFGramLinearOperator(train) * scale + DiagLinearOperator(noise)
+            variance, _, mean = posterior_variance(covariance, GRFGramLinearOperator(held, train) * scale,
+                                                   scale * GRFGramLinearOperator(held)._diagonal(),
+                                                   float(noise.min()), residual=residual)
+            if mean is None:
+                _LOG.info("prediction walks: the error they add to the predictive mean is not estimated (the "
+                          "training covariance has neither a dense nor a sparse factor within memory)")
+                return None
+            means.append(mean)
+            variances.append(variance)
         error = (means[0] - means[1]).square().mean() / 2
         spread = ((variances[0] + variances[1]) / 2).clamp_min(0).mean()
         return float(error / spread.clamp_min(torch.finfo(spread.dtype).tiny))
 
-    def _walkers_for_prediction_error(self, evaluation: PairedEvaluation, nodes: Tensor) -> None:
+    def _walkers_for_prediction_error(self, evaluation: LikelihoodEvaluation, nodes: Tensor) -> None:
         """Step 5 of the schedule: more prediction walkers where the predictive mean needs them."""
         error = self._estimate_prediction_error(evaluation, nodes)
         self.prediction_error_estimate = error
@@ -596,8 +602,8 @@ class GRFKernel(GraphNodeKernel):
         """Drop the second draw of the bias-corrected training rounds (:meth:`estimate_difference`)."""
         self._pairing = False
         self._difference: Tensor | None = None
-        self._evaluation: PairedEvaluation | None = None
-        self._paired_nodes: Tensor | None = None
+        self._evaluation: LikelihoodEvaluation | None = None
+        self._training_nodes: Tensor | None = None
         self._cache.pop("pair", None)
 
     def estimate_difference(self) -> Tensor | None:
@@ -619,7 +625,7 @@ class GRFKernel(GraphNodeKernel):
         difference, self._difference = self._difference, None
         return difference
 
-    def record_paired_evaluation(self, evaluation: PairedEvaluation) -> None:
+    def record_evaluation(self, evaluation: LikelihoodEvaluation) -> None:
         """Keep the report of the last bias-corrected evaluation (read when the round ends)."""
         self._evaluation = evaluation
 
@@ -634,7 +640,6 @@ class GRFKernel(GraphNodeKernel):
         own = gram.to_dense()
         other = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=pair.pattern)).to_dense()
         self._difference = own - other
-        self._paired_nodes = nodes
         return DenseLinearOperator((own + other) / 2)
 
     def _pair_draw(self, nodes: Tensor) -> _PairDraw:
@@ -994,8 +999,10 @@ class GRFKernel(GraphNodeKernel):
             right = left if same else self.feature_operator(nodes2, name="x2")
             batch = self._output_batch(left.values.shape[:-1], x1, x2)
         gram = GRFGramLinearOperator(left) if right is left else GRFGramLinearOperator(left, right)
-        if self._pairing and self.training and right is left and not diag and nodes1.ndim == 1 and not batch:
-            paired = self._paired_gram(nodes1, gram)
+        if self.training and right is left and not diag and nodes1.ndim == 1 and not batch:
+            # The training covariance: kept for the checks made when training ends.
+            self._training_nodes = nodes1
+            paired = self._paired_gram(nodes1, gram) if self._pairing else None
             if paired is not None:
                 return paired
         if diag:

@@ -30,9 +30,9 @@ carries a schedule (its constructor's default), and :func:`gp_couple.models.fit_
    accurate to the prediction tolerance rather than the coarser training one.
    With :attr:`WalkSchedule.bias_correction` (the default), these rounds train on the
    likelihood corrected for the estimate's second-order bias (below);
-5. after such a round, checks what the prediction walks' noise does to the predictive mean
+5. after the last round, checks what the prediction walks' noise does to the predictive mean
    away from the data, and draws more walkers where the relative Gram error tolerance left
-   too few (below).
+   too few (below), whether training solved by a dense factor or by CG/Lanczos.
 
 The last step is the likelihood's own stopping rule. A relative Frobenius Gram error of
 a few per cent is enough to locate short ranges, but a long-range kernel's small
@@ -72,11 +72,13 @@ walkers are the remedy.
 high signal-to-noise ratios: the predictive mean at a node without data,
 :math:`\mu_* = s\,\widehat{\mathbf k}_*^\top\mathbf C^{-1}\mathbf r`, weighs the
 estimate's error by :math:`s/\sigma^2` in the directions below the noise. So when the
-rounds end on a paired round, the kernel predicts at up to :data:`HELD_OUT_ROWS` of its rows
-outside the training set (held-out rows) from each of the two independent draws, at the
-learnt hyperparameters, and estimates the mean squared error one draw adds to the
-predictive mean, relative to the latent predictive variance there (the exact GP's expected
-squared error),
+rounds end, the kernel predicts at up to :data:`HELD_OUT_ROWS` of its rows outside the
+training set (held-out rows) from each of two independent draws (its own and the paired
+rounds' second draw, or one drawn for the check where training solved by CG/Lanczos without
+a pair), at the learnt hyperparameters, with exact solves (a dense or a sparse factor, as
+:func:`~gp_couple.predictive_variance.posterior_variance` chooses), and estimates the
+mean squared error one draw adds to the predictive mean, relative to the latent predictive
+variance there (the exact GP's expected squared error),
 
 .. math::
 
@@ -111,9 +113,10 @@ from torch import Tensor
 from .._checks import check_even_walkers, check_fraction, check_int
 
 __all__ = ["BIAS_EXPANSION_LIMIT", "BiasCorrectionWarning", "DEFAULT_SCHEDULE", "GramToleranceWarning",
-           "HELD_OUT_ROWS", "MAX_PHASES", "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS", "PREDICT_ERROR_TOLERANCE",
-           "PREDICT_ERROR_WARNING_FACTOR", "PREDICT_GRAM_TOLERANCE", "PairedEvaluation", "REFITS", "REFIT_TOLERANCE",
-           "TRAIN_GRAM_TOLERANCE", "WALKER_STEP", "WalkSchedule", "hyperparameter_change", "warn_if_short"]
+           "HELD_OUT_ROWS", "LikelihoodEvaluation", "MAX_PHASES", "MAX_PREDICT_WALKERS", "MAX_TRAIN_WALKERS",
+           "PREDICT_ERROR_TOLERANCE", "PREDICT_ERROR_WARNING_FACTOR", "PREDICT_GRAM_TOLERANCE", "REFITS",
+           "REFIT_TOLERANCE", "TRAIN_GRAM_TOLERANCE", "WALKER_STEP", "WalkSchedule", "hyperparameter_change",
+           "warn_if_short"]
 
 #: Estimated relative Gram error the training walks aim for.
 TRAIN_GRAM_TOLERANCE = 0.03
@@ -150,19 +153,20 @@ BIAS_EXPANSION_LIMIT = 0.3
 
 
 @dataclass(frozen=True)
-class PairedEvaluation:
-    r"""What a bias-corrected evaluation of the likelihood reports to its kernel.
+class LikelihoodEvaluation:
+    r"""What an evaluation of the likelihood reports to its GRF kernel (one kernel, optionally scaled).
 
-    :param expansion_error: The whitened error of the mean estimate,
-        :math:`\tfrac12\|\mathbf L^{-1}\mathbf H\mathbf L^{-\top}\|_2`
-        (:data:`BIAS_EXPANSION_LIMIT`).
+    :param expansion_error: In a bias-corrected evaluation, the whitened error of the mean
+        estimate, :math:`\tfrac12\|\mathbf L^{-1}\mathbf H\mathbf L^{-\top}\|_2`
+        (:data:`BIAS_EXPANSION_LIMIT`); ``None`` for an evaluation on one draw (CG/Lanczos,
+        or a round that is not corrected).
     :param outputscale: The output scale :math:`s` around the kernel (1 without a ``ScaleKernel``).
     :param residual: The targets less the prior mean at the training inputs, detached, ``(n,)``.
     :param noise: The observation noise variances at the training inputs, detached, ``(n,)``;
         ``None`` when the likelihood's covariance is not a diagonal added to the kernel's.
     """
 
-    expansion_error: float
+    expansion_error: float | None
     outputscale: float
     residual: Tensor
     noise: Tensor | None
@@ -250,8 +254,8 @@ class WalkSchedule:
         of the prediction walks.
     :param predict_error_tolerance: Largest estimated mean squared error the prediction walks
         add to the predictive mean at held-out rows, relative to the latent predictive
-        variance there, when training ends on a bias-corrected round (module
-        docstring); more walkers are drawn above it, unless ``predict_walkers`` is given.
+        variance there, when training ends on the prediction walks (module docstring);
+        more walkers are drawn above it, unless ``predict_walkers`` is given.
     :raises TypeError: If a count is not an int or a tolerance not a number.
     :raises ValueError: If a walker count is odd or below 2, a tolerance is not in (0, 1),
         a count is below 1 or ``refits`` is negative.

@@ -350,10 +350,10 @@ def test_fit_gp_reports_how_the_whole_run_ended_once(monkeypatch: pytest.MonkeyP
         assert reports[0].filename == __file__  # it points at the caller of fit_gp
 
 
-def _fitted(graph, train: np.ndarray, targets: torch.Tensor, schedule: WalkSchedule) -> GraphGP:
+def _fitted(graph, train: np.ndarray, targets: torch.Tensor, schedule: WalkSchedule, **settings: int) -> GraphGP:
     kernel = gpytorch.kernels.ScaleKernel(GRFKernel(graph, seed=0, schedule=schedule))
     model = GraphGP(train, targets, gpytorch.likelihoods.GaussianLikelihood(), kernel).double()
-    with grf_gp_settings():
+    with grf_gp_settings(**settings):
         fit_gp(model, model.likelihood, iterations=200, optimizer="lbfgs", seed=0)
     return model
 
@@ -397,3 +397,24 @@ def test_prediction_walkers_grow_until_the_predictive_mean_is_accurate():
     assert more.bias_expansion_error == first.bias_expansion_error > 0
     errors = [_held_out_mean_error(model, graph, train) for model in (unchecked, checked)]
     assert errors[1] < 0.5 * errors[0]         # more walkers, a more accurate mean
+
+
+def test_the_predictive_mean_check_runs_on_training_sets_solved_by_cg():
+    # Above max_cholesky_size training is by CG/Lanczos, on one draw (no bias correction):
+    # the check still runs when training ends, with exact solves of its own.
+    graph, train, targets = _long_range_draw(0)
+    loose = WalkSchedule(max_train_walkers=256, sigma_fit_samples=20, predict_tolerance=0.03,
+                         predict_error_tolerance=0.9)
+    unchecked = _fitted(graph, train, targets, loose, max_cholesky_size=0)
+    checked = _fitted(graph, train, targets, WalkSchedule(**{**loose.to_dict(), "predict_error_tolerance": 0.002}),
+                      max_cholesky_size=0)
+    first, more = unchecked.covar_module.base_kernel, checked.covar_module.base_kernel
+    assert first.bias_expansion_error is None and more.bias_expansion_error is None
+    assert first.kernel_family.hyperparameters() == more.kernel_family.hyperparameters()
+    assert first.prediction_error_estimate > 10 * 0.002
+    assert more.num_walkers == MAX_PREDICT_WALKERS >= 4 * first.num_walkers
+    assert more.prediction_error_estimate == pytest.approx(
+        first.prediction_error_estimate * first.num_walkers / more.num_walkers)
+    assert more.prediction_hyperparameters == first.prediction_hyperparameters   # redrawn for the same ones
+    errors = [_held_out_mean_error(model, graph, train) for model in (unchecked, checked)]
+    assert errors[1] < 0.5 * errors[0]
