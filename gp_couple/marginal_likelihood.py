@@ -76,7 +76,7 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from .kernels.graph_node import GraphNodeKernel, graph_kernels
-from .kernels.walk_schedule import BiasCorrectionWarning, LikelihoodEvaluation
+from .kernels.walk_schedule import BiasCorrectionWarning, LikelihoodEvaluation, whitened_norm
 
 __all__ = ["BIAS_PROBES", "DenseMarginalLogLikelihood"]
 
@@ -85,9 +85,6 @@ BIAS_PROBES = 32
 #: Seed of those probe vectors (fixed: the objective is deterministic).
 _PROBE_SEED = 0
 
-#: Power iterations that estimate the estimate's whitened error
-#: (:data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`).
-EXPANSION_ITERATIONS = 20
 
 
 class _BiasCorrectedGaussian(torch.autograd.Function):
@@ -131,7 +128,7 @@ class _BiasCorrectedGaussian(torch.autograd.Function):
         logdet = 2 * factor.diagonal().log().sum()
         second = (moved * w).sum()
         trace = (b * (perturbation @ a)).sum() / count
-        whitened = _whitened_norm(factor, perturbation, probes[:, :1])
+        whitened = whitened_norm(factor, perturbation, probes[:, :1])
         ctx.mark_non_differentiable(whitened)
         return quadratic + logdet - second / 4 + trace / 8, whitened
 
@@ -156,20 +153,6 @@ class _BiasCorrectedGaussian(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_residual = (2 * alpha - v / 2).squeeze(-1) * grad
         return grad_covariance, grad_residual, grad_perturbation, None
-
-
-def _whitened_norm(factor: Tensor, perturbation: Tensor, start: Tensor) -> Tensor:
-    r""":math:`\|\mathbf L^{-1}\mathbf H\mathbf L^{-\top}\|_2`, by :data:`EXPANSION_ITERATIONS` power iterations."""
-    # A floor on the divisor instead of a test for zero: no host synchronisation per step.
-    tiny = torch.finfo(factor.dtype).tiny
-    vector = start / start.norm().clamp_min(tiny)
-    norm = start.new_zeros(())
-    for _ in range(EXPANSION_ITERATIONS):
-        image = torch.linalg.solve_triangular(factor.mT, vector, upper=True)
-        image = torch.linalg.solve_triangular(factor, perturbation @ image, upper=False)
-        norm = image.norm()
-        vector = image / norm.clamp_min(tiny)
-    return norm
 
 
 class _GaussianQuadraticAndLogdet(torch.autograd.Function):

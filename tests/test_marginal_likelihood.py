@@ -14,8 +14,8 @@ from gp_couple._random import seeded_torch_rng
 from gp_couple.graphs import grid_graph
 from gp_couple.kernel_families import Diffusion
 from gp_couple.kernels import CoupledRFFKernel, ExactGraphKernel, GRFKernel, WalkSchedule
-from gp_couple.kernels.walk_schedule import BiasCorrectionWarning, LikelihoodEvaluation
-from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood, _BiasCorrectedGaussian, _whitened_norm
+from gp_couple.kernels.walk_schedule import BiasCorrectionWarning, LikelihoodEvaluation, whitened_norm
+from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood, _BiasCorrectedGaussian
 from gp_couple.models import GraphGP
 
 GRAPH = grid_graph(7, 7)
@@ -189,9 +189,9 @@ def test_the_whitened_error_is_the_largest_eigenvalue_of_the_whitened_perturbati
         factor, perturbation, upper=False).T, upper=False)
     expected = torch.linalg.eigvalsh(whitened).abs().max()
     start = torch.ones(n, 1, dtype=torch.float64)
-    torch.testing.assert_close(_whitened_norm(factor, perturbation, start), expected, rtol=1e-6, atol=0)
+    torch.testing.assert_close(whitened_norm(factor, perturbation, start), expected, rtol=1e-6, atol=0)
     # A zero perturbation (identical draws) has a zero norm, not a NaN.
-    assert float(_whitened_norm(factor, torch.zeros_like(perturbation), start)) == 0.0
+    assert float(whitened_norm(factor, torch.zeros_like(perturbation), start)) == 0.0
 
 
 def test_the_correction_removes_the_likelihoods_second_order_bias():

@@ -34,7 +34,7 @@ from ..datasets import default_mesh, split_test_nodes
 from ..evaluation import nlpd, rmse
 from ..kernel_families import Diffusion
 from ..kernels import ExactGraphKernel
-from ..kernels.walk_schedule import GramToleranceWarning
+from ..kernels.walk_schedule import BiasCorrectionWarning, GramToleranceWarning
 from ..models import GraphGP, fit_gp, predict
 from ..recipes import fit_grf_gp
 from ..settings import grf_gp_settings
@@ -111,23 +111,26 @@ def end_to_end(dataset: Any, train: np.ndarray, test: np.ndarray, iterations: in
             fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
     else:
         # The walker caps are the demo's choice, for speed: walks they keep noisier than the
-        # schedule's tolerances are reported in the result, not as warnings.
+        # schedule's tolerances, and the training on one draw they lead to, are reported in
+        # the result, not as warnings.
+        noted = (GramToleranceWarning, BiasCorrectionWarning)
         with warnings.catch_warnings(record=True) as capped:
             warnings.simplefilter("always", GramToleranceWarning)
+            warnings.simplefilter("always", BiasCorrectionWarning)
             model, likelihood = fit_grf_gp(dataset.graph, train, standardised, predict_nodes=test,
                                            iterations=iterations, max_train_walkers=max_walkers[0],
                                            max_predict_walkers=max_walkers[1], sigma_fit_samples=40,
                                            refits=refits, seed=seed,
                                            device=device)
         for caught in capped:
-            if not issubclass(caught.category, GramToleranceWarning):
+            if not issubclass(caught.category, noted):
                 warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
         base = model.covar_module.base_kernel
         result.update(walkers=base.num_walkers, p_halt=base.p_halt, gram_error_estimate=base.gram_error_estimate,
                       # The last word of each stage (training phases may warn more than once).
                       capped_walks=list({str(caught.message).split()[1]: str(caught.message).split(":")[0]
                                          for caught in capped
-                                         if issubclass(caught.category, GramToleranceWarning)}.values()))
+                                         if issubclass(caught.category, noted)}.values()))
     with grf_gp_settings():
         mean, variance = predict(model, likelihood, test, seed=seed)
     mean = mean.double().cpu().numpy() * scale + shift

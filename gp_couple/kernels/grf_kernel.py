@@ -62,7 +62,7 @@ from ..graphs import Graph
 from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
 from ..kernel_families import KernelFamily
 from ..operators import GRFGramLinearOperator, SparseFeatureLinearOperator
-from ..predictive_variance import posterior_variance
+from ..predictive_variance import DENSE_VARIANCE_SIZE, posterior_variance
 from ..sparse_pattern import CSRPattern
 from ._inputs import InputCache, same_inputs
 from .graph_node import GraphNodeKernel
@@ -81,6 +81,7 @@ from .walk_schedule import (
     WalkSchedule,
     hyperparameter_change,
     warn_if_short,
+    whitened_norm,
 )
 
 __all__ = ["DENSE_SOLVE_WORK", "GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT", "TRAIN_WALKERS",
@@ -444,7 +445,10 @@ class GRFKernel(GraphNodeKernel):
 
         :warns BiasCorrectionWarning: When training ends on a bias-corrected round whose last
             evaluation put the estimate's whitened error above
-            :data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`.
+            :data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`, or on one draw,
+            uncorrected, whose whitened error against an independent draw is above it
+            (training sets of up to :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE`
+            points).
         :warns GramToleranceWarning: When the walkers the predictive mean needs exceed
             ``schedule.max_predict_walkers`` or memory, and those leave an estimated error above
             :data:`~gp_couple.kernels.walk_schedule.PREDICT_ERROR_WARNING_FACTOR` times the tolerance.
@@ -459,15 +463,26 @@ class GRFKernel(GraphNodeKernel):
         nodes = self._training_nodes
         another = self._draw_prediction_walks(refit)
         if last is not None and not another:
-            if last.expansion_error is not None and last.expansion_error > BIAS_EXPANSION_LIMIT:
+            corrected = last.expansion_error is not None
+            error = last.expansion_error if corrected or nodes is None else self._one_draw_error(nodes, last)
+            if error is not None and error > BIAS_EXPANSION_LIMIT:
                 warnings.warn(f"the likelihood's bias correction is a second-order expansion in the GRF estimate's "
-                              f"error, but where training ended that error is {last.expansion_error:.2g} of the "
-                              f"covariance in its worst direction (above {BIAS_EXPANSION_LIMIT:g}), and the correction "
-                              "can overshoot: lower predict_tolerance or raise max_predict_walkers in the "
-                              "WalkSchedule, or set bias_correction=False", BiasCorrectionWarning, stacklevel=3)
+                              f"error, but where training ended that error is {error:.2g} of the covariance in its "
+                              f"worst direction (above {BIAS_EXPANSION_LIMIT:g}), and the correction can overshoot: "
+                              "lower predict_tolerance or raise max_predict_walkers in the WalkSchedule, or set "
+                              "bias_correction=False" if corrected else
+                              f"training ended on one draw of the walks, on the likelihood without its bias "
+                              f"correction (solved by CG/Lanczos, on walks capped above predict_tolerance, or with "
+                              f"bias_correction=False), and that draw's error is {error:.2g} of the covariance in "
+                              f"its worst direction (above {BIAS_EXPANSION_LIMIT:g}): the likelihood's bias towards "
+                              "a shorter range and more noise may have moved the learnt hyperparameters. Solve the "
+                              "training set by a dense factor (grf_gp_settings(max_cholesky_size=...)) with "
+                              "bias_correction on, raise max_predict_walkers, or use an exact kernel "
+                              "(ExactGraphKernel, MatrixFreeGraphKernel) at this range", BiasCorrectionWarning,
+                              stacklevel=3)
             if self.schedule.predict_walkers is None and nodes is not None:
                 self._walkers_for_prediction_error(last, nodes)
-            self.bias_expansion_error = last.expansion_error
+            self.bias_expansion_error = error
         self.finish_training()
         self._pairing = (another and self.schedule.bias_correction
                          and self.gram_error_estimate <= self.schedule.predict_tolerance)
@@ -544,6 +559,31 @@ class GRFKernel(GraphNodeKernel):
         error = (means[0] - means[1]).square().mean() / 2
         spread = ((variances[0] + variances[1]) / 2).clamp_min(0).mean()
         return float(error / spread.clamp_min(torch.finfo(spread.dtype).tiny))
+
+    def _one_draw_error(self, nodes: Tensor, evaluation: LikelihoodEvaluation) -> float | None:
+        r"""The whitened error :math:`\|\mathbf L^{-1}\mathbf H\mathbf L^{-\top}\|_2` of the one draw training ended on.
+
+        :math:`\mathbf C = \mathbf L\mathbf L^\top = s\widehat{\mathbf K} + \operatorname{diag}(\sigma^2)`
+        is the covariance it trained on, and :math:`\mathbf H = s(\widehat{\mathbf K} -
+        \widehat{\mathbf K}_2)/\sqrt2` estimates its error from an independent draw (the
+        difference of two draws has twice the variance of one's error). ``None`` above
+        :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` training points (it needs
+        a dense factor) or without a diagonal noise.
+        """
+        if evaluation.noise is None or nodes.numel() > DENSE_VARIANCE_SIZE:
+            return None
+        pair = self._pair_draw(nodes)
+        with torch.no_grad():
+            modulation = self.kernel_family.modulation(pair.features.num_terms)
+            other = SparseFeatureLinearOperator(pair.steps.values(modulation), pattern=pair.pattern)
+            # Out of place: the operators may hand out their cached dense matrices.
+            own = GRFGramLinearOperator(self.feature_operator(nodes, name="x1")).to_dense().double()
+            difference = (own - GRFGramLinearOperator(other).to_dense().double()) * (evaluation.outputscale
+                                                                                     / math.sqrt(2))
+            covariance = evaluation.outputscale * own + torch.diag(evaluation.noise.double())
+            start = np.random.default_rng([self.seed, PAIR_STREAM]).standard_normal((own.shape[-1], 1))
+            return float(whitened_norm(torch.linalg.cholesky(covariance), difference,
+                                       torch.from_numpy(start).to(covariance)))
 
     def _walkers_for_prediction_error(self, evaluation: LikelihoodEvaluation, nodes: Tensor) -> None:
         """Step 5 of the schedule: more prediction walkers where the predictive mean needs them."""
@@ -675,10 +715,12 @@ class GRFKernel(GraphNodeKernel):
         #: Estimated relative Gram error of the current walks (set by :meth:`resample_for_prediction`).
         self.gram_error_estimate: float | None = None
         #: Estimated error the current walks add to the predictive mean (:meth:`estimate_prediction_error`;
-        #: set when training ends on a bias-corrected round, scaled to the walkers drawn after it).
+        #: set when training ends on the prediction walks, scaled to the walkers drawn after it).
         self.prediction_error_estimate: float | None = None
-        #: The estimate's whitened error where training ended on a bias-corrected round
-        #: (:data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`), else ``None``.
+        #: The whitened error of the estimate training ended on
+        #: (:data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`): of the mean of a
+        #: bias-corrected round, else of the one draw (``None`` where not measured).
+        #: Set when training ends on the prediction walks.
         self.bias_expansion_error: float | None = None
         self.num_walkers: int = config["num_walkers"]
         self.p_halt: float = config["p_halt"]

@@ -274,18 +274,21 @@ def test_cg_training_never_densifies(monkeypatch):
     allowed = {"gram": GRFGramLinearOperator.to_dense, "features": SparseFeatureLinearOperator.to_dense}
     monkeypatch.setattr(GRFGramLinearOperator, "to_dense", forbidden)
     monkeypatch.setattr(SparseFeatureLinearOperator, "to_dense", forbidden)
-    # The check when training ends solves exactly, as predict's variances do (a dense factor
+    # The checks when training ends solve exactly, as predict's variances do (a dense factor
     # up to DENSE_VARIANCE_SIZE points): outside training, so the operators may densify there.
-    checks, check = [], GRFKernel._prediction_error
+    checks = []
 
-    def exact_check(self, *args):
-        checks.append(1)
-        with monkeypatch.context() as inside:
-            inside.setattr(GRFGramLinearOperator, "to_dense", allowed["gram"])
-            inside.setattr(SparseFeatureLinearOperator, "to_dense", allowed["features"])
-            return check(self, *args)
+    def exact(check):
+        def checked(self, *args):
+            checks.append(check.__name__)
+            with monkeypatch.context() as inside:
+                inside.setattr(GRFGramLinearOperator, "to_dense", allowed["gram"])
+                inside.setattr(SparseFeatureLinearOperator, "to_dense", allowed["features"])
+                return check(self, *args)
+        return checked
 
-    monkeypatch.setattr(GRFKernel, "_prediction_error", exact_check)
+    for name in ("_prediction_error", "_one_draw_error"):
+        monkeypatch.setattr(GRFKernel, name, exact(getattr(GRFKernel, name)))
     entry_reads = []
     pivoted_cholesky = GRFGramLinearOperator.pivoted_cholesky
     monkeypatch.setattr(GRFGramLinearOperator, "pivoted_cholesky",
@@ -302,7 +305,7 @@ def test_cg_training_never_densifies(monkeypatch):
             gpytorch.settings.max_eager_kernel_size(0):
         history = fit_gp(model, model.likelihood, iterations=15, lr=0.1)
         mean, variance = predict(model, model.likelihood, [30, 31, 32], variance="lanczos")
-    assert not calls and checks
+    assert not calls and set(checks) == {"_prediction_error", "_one_draw_error"}
     assert entry_reads, "the pivoted-Cholesky preconditioner was not exercised"
     assert history[-1] < history[0]
     assert torch.all(torch.isfinite(mean)) and torch.all(variance > 0)
