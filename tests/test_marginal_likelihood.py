@@ -343,6 +343,30 @@ def test_the_prediction_error_is_the_same_from_a_sparse_factor(monkeypatch: pyte
     assert dense > 0 and sparse == pytest.approx(dense, rel=1e-9)
 
 
+def test_the_one_draw_error_is_the_whitened_norm_of_the_draws_difference_over_root_two():
+    from gp_couple.operators import GRFGramLinearOperator, SparseFeatureLinearOperator
+
+    model, kernel = _paired_model()
+    kernel.finish_training()                             # one draw: the evaluation is not paired
+    x = model.train_inputs[0]
+    with torch.no_grad():
+        own = model.covar_module.base_kernel(x).to_dense().double()
+    nodes = kernel.node_indices(x)
+    residual = (model.train_targets - model.mean_module(x)).detach()
+    noise = torch.full((TRAIN.size,), 0.05, dtype=torch.float64)
+    error = kernel._one_draw_error(nodes, LikelihoodEvaluation(None, 1.7, residual, noise))
+    pair = kernel._pair_draw(nodes)
+    with torch.no_grad():
+        values = pair.steps.values(kernel.kernel_family.modulation(pair.features.num_terms))
+        other = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=pair.pattern)).to_dense().double()
+    factor = torch.linalg.cholesky(1.7 * own + torch.diag(noise))
+    whitened = torch.linalg.solve_triangular(factor, torch.linalg.solve_triangular(
+        factor, 1.7 * (own - other) / math.sqrt(2), upper=False).mT, upper=False)
+    expected = float(torch.linalg.eigvalsh(whitened).abs().max())
+    # Power iteration: ||A v|| / ||v|| never exceeds the norm, and 20 steps come within 2 % here.
+    assert 0 < 0.98 * expected <= error <= expected * (1 + 1e-9)
+
+
 def test_the_prediction_error_estimate_is_the_variance_of_one_draws_predictive_mean():
     """Half the squared difference of two draws' predictive means estimates one draw's variance there."""
     held_out = np.setdiff1d(np.arange(GRAPH.num_nodes), TRAIN)
