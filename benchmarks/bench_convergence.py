@@ -127,6 +127,7 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
     from gp_couple.recipes import fit_grf_gp
 
     graph, signal, observed, train, test = problem(spec, seed)
+    settings = settings or {}
     start = time.perf_counter()
     cpu = time.process_time()
     result: dict[str, Any] = {"method": method}
@@ -144,14 +145,14 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
             schedule = {} if schedule_options is None else {"schedule": WalkSchedule(**schedule_options)}
             defaults = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed, **schedule)
             model, likelihood = _model(graph, train, observed, defaults)
-            with grf_gp_settings(**(settings or {})):
+            with grf_gp_settings(**settings):
                 history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
             result.update(iterations=len(history), evaluations=history.evaluations, converged=history.converged,
                           final_loss=history[-1], phases=history.phases)
         elif method == "adam300":
             fixed = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed, schedule=None)
             model, likelihood = _model(graph, train, observed, fixed)
-            with grf_gp_settings(**(settings or {})):
+            with grf_gp_settings(**settings):
                 history = fit_gp(model, likelihood, iterations=300, lr=0.05, seed=seed)
                 fixed.resample_for_prediction(512, follow_range=False, seed=seed)
             result.update(iterations=len(history), final_loss=history[-1])
@@ -167,7 +168,7 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
                 model, likelihood = _model(graph, train, observed, _exact_kernel(graph, 1.0, dense_limit))
                 if start_at is not None:
                     _set(model, likelihood, start_at)
-                with grf_gp_settings(**(settings or {})):
+                with grf_gp_settings(**settings):
                     history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
                 name = "default" if start_at is None else "recipe"
                 result[f"loss_from_{name}_start"] = history[-1]
@@ -185,11 +186,11 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
             # Means only: one CG solve and one cross-covariance product (exact variances at
             # 10^4 training points need every column of the training covariance).
             model.eval()
-            with (grf_gp_settings(**(settings or {})), torch.no_grad(),
+            with (grf_gp_settings(**settings), torch.no_grad(),
                   gpytorch.settings.skip_posterior_variances(True)):
                 mean = model(model.node_inputs(test)).mean.double().numpy()
         else:
-            with grf_gp_settings(**(settings or {})):
+            with grf_gp_settings(**settings):
                 prediction = predict(model, likelihood, test, seed=seed)
             mean = prediction.mean.double().numpy()
     base = model.covar_module.base_kernel

@@ -666,7 +666,7 @@ class GRFKernel(GraphNodeKernel):
         return difference
 
     def record_evaluation(self, evaluation: LikelihoodEvaluation) -> None:
-        """Keep the report of the last bias-corrected evaluation (read when the round ends)."""
+        """Keep the report of the last training evaluation (read when the round ends)."""
         self._evaluation = evaluation
 
     def _paired_gram(self, nodes: Tensor, gram: GRFGramLinearOperator) -> LinearOperator | None:
