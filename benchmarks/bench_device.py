@@ -198,19 +198,23 @@ def _write(path: str, report: dict[str, Any]) -> None:
 
 
 def _plan(args: argparse.Namespace, devices: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
-    """Every (part, device, config) to run: accelerator rows first, then the CPU's."""
+    """Every (part, device, config) to run: accelerator rows first, then the CPU's.
+
+    Within a device the rows run cheapest first: the GRF rows by increasing training set,
+    except that the fixed-cost RFF rows (one training step each) come before the largest
+    GRF row, so a run stopped at its budget still measures both parts.
+    """
     plan = []
     for device in devices:
-        for observed in args.observed:
-            if device != "cpu" or observed <= args.cpu_max_observed:
-                plan.append(("grf", device, {"graph": args.graph, "observed": observed, "test": args.test,
-                                             "walkers": args.walkers, "p_halt": args.p_halt,
-                                             "iterations": args.iterations, "seed": args.seed}))
-        if device != "cpu" or args.rff_points <= args.cpu_max_rff_points:
-            for kind in ("coupled-rff", "gpytorch-rff"):
-                plan.append(("rff", device, {"model": kind, "num_points": args.rff_points, "dim": args.rff_dim,
-                                             "num_features": args.rff_features, "steps": args.rff_steps,
-                                             "seed": args.seed}))
+        grf = [("grf", device, {"graph": args.graph, "observed": observed, "test": args.test,
+                                "walkers": args.walkers, "p_halt": args.p_halt,
+                                "iterations": args.iterations, "seed": args.seed})
+               for observed in sorted(args.observed) if device != "cpu" or observed <= args.cpu_max_observed]
+        rff = [("rff", device, {"model": kind, "num_points": args.rff_points, "dim": args.rff_dim,
+                                "num_features": args.rff_features, "steps": args.rff_steps, "seed": args.seed})
+               for kind in ("coupled-rff", "gpytorch-rff")
+               if device != "cpu" or args.rff_points <= args.cpu_max_rff_points]
+        plan.extend(grf[:-1] + rff + grf[-1:] if len(grf) > 1 else grf + rff)
     return plan
 
 
