@@ -15,6 +15,12 @@
 #
 # Everything lands in $OUT (the device tool's return folder; /tmp/device_check here):
 # gpu.txt, versions.txt, tests.log, bench.log, device.json.
+#
+# Dependencies the machine's image lacks (pymetis, for the sparse factors above 10^4
+# training points) travel as wheels in .device_wheels/ (git-ignored; name it in the
+# call's carry); fetch them here once with
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 -d .device_wheels pymetis
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/device_check}
@@ -22,11 +28,16 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON=${PYTHON:-python3}
+if compgen -G ".device_wheels/*.whl" >/dev/null; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target /tmp/device_site .device_wheels/*.whl
+    export PYTHONPATH="$PYTHONPATH:/tmp/device_site"
+fi
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
 "$PYTHON" - >"$OUT/versions.txt" 2>&1 <<'EOF'
-import torch, gpytorch, linear_operator, numba, scipy, numpy
+import torch, gpytorch, linear_operator, numba, scipy, numpy, pymetis
 print({"torch": torch.__version__, "cuda": torch.version.cuda, "gpytorch": gpytorch.__version__,
+       "pymetis": pymetis.version,
        "linear_operator": linear_operator.__version__, "numba": numba.__version__,
        "scipy": scipy.__version__, "numpy": numpy.__version__,
        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None})

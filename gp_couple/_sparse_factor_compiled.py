@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["inverse_quadratic_forms"]
+__all__ = ["inverse_quadratic_forms", "solve_ldlt"]
 
 
 @njit(cache=True)
@@ -116,3 +116,34 @@ def inverse_quadratic_forms(lower_indptr: np.ndarray, lower_indices: np.ndarray,
                     node = order[k]
                     total += x[node] * x[node] / pivots[node]
             out[r] = total
+
+
+@njit(parallel=True, cache=True)
+def solve_ldlt(lower_indptr: np.ndarray, lower_indices: np.ndarray, lower_data: np.ndarray, pivots: np.ndarray,
+               rhs: np.ndarray) -> None:  # pragma: no cover - compiled
+    r"""Overwrite the columns of ``rhs`` (shape ``(n, k)``, in the factor's order) with
+    :math:`(\mathbf L\mathbf D\mathbf L^\top)^{-1}` times them.
+
+    A forward substitution with the unit lower-triangular CSC ``L`` (column by column), the
+    division by the pivots, and a backward substitution with :math:`\mathbf L^\top` (each
+    unknown a dot product with its column); the right-hand sides in parallel.
+    """
+    n = pivots.shape[0]
+    for j in prange(rhs.shape[1]):
+        for column in range(n):
+            value = rhs[column, j]
+            if value != 0.0:
+                for position in range(lower_indptr[column], lower_indptr[column + 1]):
+                    row = lower_indices[position]
+                    if row > column:
+                        rhs[row, j] -= lower_data[position] * value
+        for column in range(n):
+            rhs[column, j] /= pivots[column]
+        for column in range(n - 1, -1, -1):
+            total = rhs[column, j]
+            for position in range(lower_indptr[column], lower_indptr[column + 1]):
+                row = lower_indices[position]
+                if row > column:
+                    total -= lower_data[position] * rhs[row, j]
+            rhs[column, j] = total
+

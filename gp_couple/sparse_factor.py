@@ -4,13 +4,20 @@ A GP's predictive variance needs :math:`\mathbf k_*^\top\mathbf A^{-1}\mathbf k_
 test point, with :math:`\mathbf A = \mathbf K_{XX} + \sigma_n^2\mathbf I`. When
 :math:`\mathbf A` and the cross-covariance rows :math:`\mathbf k_*` are sparse, as GRF
 kernel matrices :math:`\Phi\Phi^\top` are (two nodes covary only where their walks meet),
-a sparse LU factorisation :math:`\mathbf P_r\mathbf A\mathbf P_c = \mathbf L\mathbf U`
-(SuperLU through SciPy, with a fill-reducing minimum-degree ordering of
-:math:`\mathbf A + \mathbf A^\top` and diagonal pivots, so that :math:`\mathbf U =
+a sparse LU factorisation :math:`\mathbf P\mathbf A\mathbf P^\top = \mathbf L\mathbf U`
+(SuperLU through SciPy, in a nested-dissection ordering :math:`\mathbf P` of the graph of
+:math:`\mathbf A` computed by METIS, with diagonal pivots, so that :math:`\mathbf U =
 \mathbf D\mathbf L^\top`) is exact and far smaller than a dense Cholesky factor, and each
 quadratic form costs one triangular solve with a sparse right-hand side, which touches
 only the part of the factor reachable from the nonzeros of :math:`\mathbf k_*`
 (:mod:`gp_couple._sparse_factor_compiled`).
+
+The ordering decides the factor's size. The kernel matrix of observed nodes scattered over
+a mesh or a road network has the structure of a planar graph, whose nested-dissection
+orderings have the least fill known (George's :math:`O(n\log n)` entries for grids); METIS
+(through ``pymetis``) computes one in nearly linear time. SuperLU's own minimum-degree
+ordering of :math:`\mathbf A + \mathbf A^\top` gave about twice the entries and 1.3 times
+the time on a million observed nodes of a grid (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -22,12 +29,12 @@ import scipy.sparse.linalg as spla
 from . import _sparse_factor_compiled as compiled
 from .devices import physical_memory
 
-__all__ = ["FILL_ALLOWANCE", "SparseFactor", "factor_bytes_bound"]
+__all__ = ["FILL_ALLOWANCE", "SparseFactor", "factor_bytes_bound", "nested_dissection"]
 
 #: Bytes per stored factor entry (a float64 value and an int32 row index) in SuperLU's L and U.
 _BYTES_PER_FACTOR_ENTRY = 12
 #: Factor entries per matrix entry that auto-selection assumes at most (the fill of a
-#: minimum-degree ordering is not known before factorising).
+#: fill-reducing ordering is not known before factorising).
 FILL_ALLOWANCE = 16
 
 
@@ -39,11 +46,33 @@ def factor_bytes_bound(matrix: sp.spmatrix) -> int:
     return 2 * FILL_ALLOWANCE * int(matrix.nnz) * _BYTES_PER_FACTOR_ENTRY
 
 
+def nested_dissection(matrix: sp.spmatrix) -> np.ndarray:
+    r"""A fill-reducing nested-dissection ordering of a structurally symmetric sparse matrix (METIS).
+
+    :param matrix: A square SciPy sparse matrix; only its off-diagonal pattern is read.
+    :return: ``order`` (int64, a permutation of ``range(n)``): row and column ``k`` of the
+        ordered matrix ``matrix[order][:, order]`` are row and column ``order[k]`` of
+        ``matrix``.
+    """
+    import pymetis
+
+    pattern = sp.csr_matrix(matrix, copy=True)
+    pattern.setdiag(0)
+    pattern.eliminate_zeros()
+    if pattern.nnz == 0:
+        return np.arange(pattern.shape[0], dtype=np.int64)
+    pattern = (pattern + pattern.T).tocsr()  # METIS needs a symmetric adjacency
+    pattern.sort_indices()
+    order, _ = pymetis.nested_dissection(pymetis.CSRAdjacency(pattern.indptr, pattern.indices))
+    return np.asarray(order, dtype=np.int64)
+
+
 class SparseFactor:
     r"""The sparse factorisation :math:`\mathbf P\mathbf A\mathbf P^\top = \mathbf L\mathbf D\mathbf L^\top`
     of a symmetric positive-definite matrix.
 
-    SuperLU's LU factors with a symmetric ordering and diagonal pivots:
+    SuperLU's LU factors in the nested-dissection ordering :math:`\mathbf P`
+    (:func:`nested_dissection`) with diagonal pivots:
     :math:`\mathbf U = \mathbf D\mathbf L^\top`, so only :math:`\mathbf L` (unit lower
     triangular) and the diagonal of :math:`\mathbf U` are kept for the quadratic forms.
 
@@ -64,29 +93,44 @@ class SparseFactor:
                              f"{matrix.nnz} entries needs at least {least / 2**30:.3g} GiB, more than this machine's "
                              f"{available / 2**30:.3g} GiB; use fewer observed nodes or fewer or shorter walks")
         self.size = int(matrix.shape[0])
+        order = nested_dissection(matrix)
+        ordered = matrix[order][:, order].tocsc()
+        del matrix
         try:
-            self._lu = spla.splu(matrix, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
-                                 options={"SymmetricMode": True})
+            lu = spla.splu(ordered, permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
         except RuntimeError as error:  # SuperLU: "Factor is exactly singular"
             raise ValueError(f"the matrix is singular: {error}") from error
-        #: ``(P A)[permutation[i]] = A[i]``: the symmetric ordering (row and column permutations agree).
-        self.permutation = np.asarray(self._lu.perm_r, dtype=np.int64)
-        #: :math:`\mathbf D`, the pivots.
-        self.pivots = self._lu.U.diagonal()
-        if not np.array_equal(self.permutation, self._lu.perm_c) or not np.all(self.pivots > 0):
-            raise ValueError("the matrix is not symmetric positive definite (SuperLU's pivots left the diagonal "
-                             "or were not positive)")
-        self._lower = sp.csc_matrix(self._lu.L)
+        if not np.array_equal(lu.perm_r, lu.perm_c) or not np.array_equal(lu.perm_c, np.arange(self.size)):
+            raise ValueError("the matrix is not symmetric positive definite (SuperLU's pivots left the diagonal)")
+        self._order = order
+        #: ``(P A)[permutation[i]] = A[i]``: the position of row (and column) ``i`` in the ordering.
+        self.permutation = np.empty(self.size, dtype=np.int64)
+        self.permutation[order] = np.arange(self.size)
+        #: :math:`\mathbf D`, the pivots (read from :math:`\mathbf U`: recovering them from
+        #: :math:`\mathbf L` and the diagonal of :math:`\mathbf A` loses digits to cancellation
+        #: at high signal-to-noise ratios).
+        self.pivots = lu.U.diagonal()
+        if not np.all(self.pivots > 0):
+            raise ValueError("the matrix is not symmetric positive definite (a pivot was not positive)")
+        # Only L and D are kept: SuperLU's own storage of both triangles is released.
+        self._lower = sp.csc_matrix(lu.L)
+        del lu
         self._lower.sort_indices()
 
     @property
     def nnz(self) -> int:
-        r"""Entries stored in :math:`\mathbf L` (SuperLU holds :math:`\mathbf U` as well)."""
+        r"""Entries stored in :math:`\mathbf L`, the factor kept."""
         return int(self._lower.nnz)
 
     def solve(self, rhs: np.ndarray) -> np.ndarray:
         r""":math:`\mathbf A^{-1}\mathbf b` for a dense ``rhs`` of shape ``(n,)`` or ``(n, k)`` (float64)."""
-        return self._lu.solve(np.asarray(rhs, dtype=np.float64))
+        rhs = np.asarray(rhs, dtype=np.float64)
+        ordered = np.ascontiguousarray(rhs[self._order].reshape(self.size, -1))
+        lower = self._lower
+        compiled.solve_ldlt(lower.indptr, lower.indices, lower.data, self.pivots, ordered)
+        solution = np.empty_like(ordered)
+        solution[self._order] = ordered
+        return solution.reshape(rhs.shape)
 
     def inverse_quadratic_forms(self, rows: sp.spmatrix) -> np.ndarray:
         r""":math:`\mathbf k_r^\top\mathbf A^{-1}\mathbf k_r = \mathbf y_r^\top\mathbf D^{-1}\mathbf y_r`,

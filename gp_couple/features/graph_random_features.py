@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -314,6 +315,12 @@ class StepMatrix:
         self.num_slots = slot_pointer.numel() - 1
         self.num_terms = int(num_terms)
         self.matrix = sparse_csr(slot_pointer, steps, weights, (self.num_slots, self.num_terms))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> StepMatrix:
+        # torch cannot deep-copy sparse CSR tensors: copy their parts (the transpose is rebuilt on use).
+        matrix = self.matrix
+        copied = deepcopy((matrix.crow_indices(), matrix.col_indices(), matrix.values()), memo)
+        return StepMatrix(*copied, self.num_terms)
 
     @functools.cached_property
     def transpose(self) -> torch.Tensor:

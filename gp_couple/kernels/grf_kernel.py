@@ -33,9 +33,11 @@ the union of their rows (so it grows with the batch). The kernel passes gpytorch
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import warnings
+from collections.abc import Callable
 from copy import deepcopy
 from typing import Any, NamedTuple
 
@@ -971,21 +973,27 @@ class GRFKernel(GraphNodeKernel):
             selected rows' values are computed (the selection's own step matrix).
         """
         pattern, slots, steps = self._selection(nodes, name)
+        if values is None and not torch.is_grad_enabled() and 4 * pattern.nnz >= self._pattern().nnz:
+            # Without gradients (prediction), a selection of a large part of the rows takes
+            # its values from one pass over all the walks: cheaper than building its own
+            # step matrix, which only differentiation needs.
+            values = self.feature_values()
         if values is None:
-            selected = steps.values(self.kernel_family.modulation(self._features().num_terms))
+            selected = steps().values(self.kernel_family.modulation(self._features().num_terms))
         else:
             selected = values[..., slots]
         return SparseFeatureLinearOperator(selected, pattern=pattern)
 
-    def _selection(self, nodes: Tensor, name: str) -> tuple[CSRPattern, Tensor, StepMatrix]:
+    def _selection(self, nodes: Tensor, name: str) -> tuple[CSRPattern, Tensor, Callable[[], StepMatrix]]:
         # Training evaluates the kernel on the same nodes every iteration: remembering
         # the selected pattern (per index tensor, without reading it) keeps its cached
-        # transpose for the CG products and its step matrix for the values.
+        # transpose for the CG products and its step matrix for the values, built on first use.
         selections: InputCache = self._cached("selections", InputCache)
         hit = selections.get(nodes)
         if hit is None:
             pattern, slots = self._pattern().select_rows(self.rows(nodes, name))
-            hit = selections.put(nodes, (pattern, slots, self._features().step_matrix(slots)))
+            features = self._features()
+            hit = selections.put(nodes, (pattern, slots, functools.cache(lambda: features.step_matrix(slots))))
         return hit
 
     def _batched_feature_operator(self, nodes: Tensor, values: Tensor, batch: torch.Size,

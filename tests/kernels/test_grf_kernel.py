@@ -121,6 +121,30 @@ def test_nodes_subset_samples_only_requested_rows():
     assert kernel.features_start_nodes.numel() == GRID.num_nodes
 
 
+@pytest.mark.parametrize("rows", [[3, 17], list(range(0, 20, 2)) + [1]])
+def test_feature_rows_without_gradients_equal_the_differentiable_ones(rows):
+    # Without gradients a large selection gathers its values from all rows at once; a
+    # small one (and any selection with gradients) computes only its own rows.
+    kernel = GRFKernel(GRID, num_walkers=8, seed=5, kernel_family=Diffusion(1.3)).double()
+    nodes = torch.tensor(rows)
+    differentiable = kernel.feature_operator(nodes).to_dense()
+    assert differentiable.requires_grad
+    with torch.no_grad():
+        torch.testing.assert_close(kernel.feature_operator(nodes).to_dense(), differentiable.detach(),
+                                   rtol=0, atol=1e-15)
+
+
+def test_a_kernel_deep_copies_after_its_step_matrices_were_built():
+    import copy
+
+    kernel = GRFKernel(GRID, num_walkers=8, seed=5).double()
+    values = kernel.feature_values()  # builds the step matrix of every slot (a sparse CSR tensor)
+    values.sum().backward()  # and its transpose
+    copied = copy.deepcopy(kernel)
+    nodes = torch.arange(20, dtype=torch.float64).unsqueeze(-1)
+    torch.testing.assert_close(copied(nodes).to_dense(), kernel(nodes).to_dense(), rtol=0, atol=0)
+
+
 def test_failed_resample_leaves_the_kernel_unchanged():
     kernel = GRFKernel(GRID, num_walkers=4, seed=0, coupling="iid")
     before = {name: buffer.clone() for name, buffer in kernel.named_buffers()}
