@@ -10,7 +10,8 @@ interrupted run resumes where it stopped (delete the file, or pick another, to r
   ``--walkers`` i.i.d. walkers, ``--p-halt``, features for the train and test nodes only,
   sampled on the CPU and moved to the device once), ``--iterations`` Adam steps on the
   exact marginal likelihood (CG/Lanczos under ``grf_gp_settings``), then the predictive
-  mean and variance (``fast_pred_var``). Recorded: setup (walks + transfer), training
+  mean and variance (``fast_pred_var``); ``--iterations 0`` predicts at the initial
+  hyperparameters without training. Recorded: setup (walks + transfer), training
   and prediction wall time, ``torch.cuda.max_memory_allocated`` on the accelerator (or
   the resident-memory increase on the CPU), the features' own size and their ratio.
   CPU rows run only up to ``--cpu-max-observed`` training nodes.
@@ -124,7 +125,8 @@ def grf_row(spec: str, observed: int, test: int, walkers: int, p_halt: float, it
     setup = time.perf_counter() - start
     with grf_gp_settings():
         start = time.perf_counter()
-        losses = fit_gp(model, likelihood, iterations=iterations, lr=0.05, seed=seed)
+        # --iterations 0: prediction alone, at the initial hyperparameters.
+        losses = fit_gp(model, likelihood, iterations=iterations, lr=0.05, seed=seed) if iterations else [None]
         _synchronize(device)
         training = time.perf_counter() - start
         start = time.perf_counter()
