@@ -35,9 +35,10 @@ fi
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
 "$PYTHON" - >"$OUT/versions.txt" 2>&1 <<'EOF'
-import torch, gpytorch, linear_operator, numba, scipy, numpy, pymetis
+import importlib, importlib.util, torch, gpytorch, linear_operator, numba, scipy, numpy
+pymetis = importlib.import_module("pymetis") if importlib.util.find_spec("pymetis") else None
 print({"torch": torch.__version__, "cuda": torch.version.cuda, "gpytorch": gpytorch.__version__,
-       "pymetis": pymetis.version,
+       "pymetis": pymetis.version if pymetis else "missing (see .device_wheels above)",
        "linear_operator": linear_operator.__version__, "numba": numba.__version__,
        "scipy": scipy.__version__, "numpy": numpy.__version__,
        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None})

@@ -146,4 +146,3 @@ def solve_ldlt(lower_indptr: np.ndarray, lower_indices: np.ndarray, lower_data: 
                 if row > column:
                     total -= lower_data[position] * rhs[row, j]
             rhs[column, j] = total
-

@@ -15,9 +15,9 @@ only the part of the factor reachable from the nonzeros of :math:`\mathbf k_*`
 The ordering decides the factor's size. The kernel matrix of observed nodes scattered over
 a mesh or a road network has the structure of a planar graph, whose nested-dissection
 orderings have the least fill known (George's :math:`O(n\log n)` entries for grids); METIS
-(through ``pymetis``) computes one in nearly linear time. SuperLU's own minimum-degree
-ordering of :math:`\mathbf A + \mathbf A^\top` gave about twice the entries and 1.3 times
-the time on a million observed nodes of a grid (``benchmarks/RESULTS.md``).
+(through ``pymetis``) computes one in nearly linear time. On large training sets it gives
+a smaller factor than SuperLU's own minimum-degree ordering of :math:`\mathbf A +
+\mathbf A^\top` (``benchmarks/RESULTS.md``, "Sparse factors in a nested-dissection ordering").
 """
 
 from __future__ import annotations
