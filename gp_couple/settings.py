@@ -107,7 +107,7 @@ class preconditioner_pivot_reuse(_value_context):
 
 @dataclass(frozen=True)
 class GRFGPSettings:
-    """A set of gpytorch settings; :meth:`context` applies them temporarily.
+    r"""A set of gpytorch settings; :meth:`context` applies them temporarily.
 
     :ivar max_cholesky_size: Largest training set solved by (dense) Cholesky; above it
         gpytorch uses CG/Lanczos with the sparse operator.
@@ -117,7 +117,14 @@ class GRFGPSettings:
     :ivar max_preconditioner_size: Rank of the pivoted-Cholesky preconditioner.
     :ivar min_preconditioning_size: Smallest system that is preconditioned.
     :ivar num_trace_samples: Probe vectors of the stochastic log-determinant gradient.
-    :ivar max_lanczos_quadrature_iterations: Lanczos steps of the log-determinant quadrature.
+    :ivar max_lanczos_quadrature_iterations: Lanczos steps of the log-determinant quadrature
+        (at most ``max_cg_iterations``: the quadrature reads the CG run's coefficients, and
+        CG runs at least this many steps when it is asked for the log-determinant). The
+        value the optimiser sees must rank hyperparameters as the exact likelihood does, or
+        L-BFGS's line search stops where the gradient is not zero: with the
+        preconditioned spectrum of a high signal-to-noise covariance the quadrature needs
+        far more nodes than gpytorch's default of 20 (stochastic Lanczos quadrature
+        converges like :math:`\exp(-2m/\sqrt{\kappa})` in the number of nodes :math:`m`).
     :ivar max_root_decomposition_size: Lanczos rank of the ``fast_pred_var`` caches.
     :ivar preconditioner_pivot_tolerance: Largest change of the normalised GRF Gram
         diagonal for which the preconditioner's pivots are reused across steps
@@ -131,7 +138,7 @@ class GRFGPSettings:
     max_preconditioner_size: int = 15
     min_preconditioning_size: int = 2000
     num_trace_samples: int = 32
-    max_lanczos_quadrature_iterations: int = 20
+    max_lanczos_quadrature_iterations: int = 100
     max_root_decomposition_size: int = 300
     preconditioner_pivot_tolerance: float = 0.05
 
@@ -152,6 +159,10 @@ class GRFGPSettings:
                      "max_root_decomposition_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_lanczos_quadrature_iterations > self.max_cg_iterations:
+            raise ValueError(
+                f"max_lanczos_quadrature_iterations ({self.max_lanczos_quadrature_iterations}) must not exceed "
+                f"max_cg_iterations ({self.max_cg_iterations}): the quadrature reads the CG run's coefficients")
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a JSON-serialisable dict (for experiment reports)."""
