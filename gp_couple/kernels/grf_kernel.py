@@ -86,16 +86,19 @@ from .walk_schedule import (
     whitened_norm,
 )
 
-__all__ = ["DENSE_SOLVE_WORK", "GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER", "TRAIN_P_HALT", "TRAIN_WALKERS",
-           "dense_factor_pays"]
+__all__ = ["DENSE_SOLVE_QUADRATURE_NODES", "DENSE_SOLVE_WORK", "GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER",
+           "TRAIN_P_HALT", "TRAIN_WALKERS", "dense_factor_pays"]
 
 _LOG = logging.getLogger(__name__)
 
 #: Walkers per node of the training configuration (the constructor's default).
 TRAIN_WALKERS = 48
 #: Operations of a dense Cholesky factor worth as much as one stored feature entry in a
-#: CG/Lanczos evaluation of the marginal likelihood (:meth:`GRFKernel.dense_solves_pay`).
+#: CG/Lanczos evaluation of the marginal likelihood (:meth:`GRFKernel.dense_solves_pay`),
+#: measured with :data:`DENSE_SOLVE_QUADRATURE_NODES` log-determinant quadrature nodes.
 DENSE_SOLVE_WORK = 150_000
+#: The log-determinant quadrature nodes with which :data:`DENSE_SOLVE_WORK` was measured.
+DENSE_SOLVE_QUADRATURE_NODES = 20
 #: Termination probability of the training configuration (the constructor's default).
 TRAIN_P_HALT = 0.1
 #: Walkers per node :meth:`GRFKernel.resample_for_prediction` starts from when it chooses the count.
@@ -113,12 +116,18 @@ SIGMA_FIT_DIGITS = 6
 
 
 def dense_factor_pays(rows: int, entries: float) -> bool:
-    r"""The rule of :meth:`GRFKernel.dense_solves_pay`: :math:`n^3 \le c\,\mathrm{nnz}(\Phi)`.
+    r"""The rule of :meth:`GRFKernel.dense_solves_pay`: :math:`n^3 \le c\,\mathrm{nnz}(\Phi)\,\max(1, m / m_0)`.
+
+    A CG evaluation of the log-determinant runs at least as many steps as its quadrature has
+    nodes (gpytorch's ``max_lanczos_quadrature_iterations``, :math:`m`), so the work of the
+    evaluations near the threshold, which converge in fewer steps, grows with :math:`m`
+    from the :math:`m_0` = :data:`DENSE_SOLVE_QUADRATURE_NODES` with which :math:`c` was measured.
 
     :param rows: Training points :math:`n`.
     :param entries: Stored entries of their features :math:`\mathrm{nnz}(\Phi)`.
     """
-    return rows ** 3 <= DENSE_SOLVE_WORK * entries
+    nodes = gpytorch.settings.max_lanczos_quadrature_iterations.value()
+    return rows ** 3 <= DENSE_SOLVE_WORK * entries * max(1.0, nodes / DENSE_SOLVE_QUADRATURE_NODES)
 
 
 class GRFKernel(GraphNodeKernel):
