@@ -194,7 +194,10 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
     unless a graph kernel of the model finds CG/Lanczos cheaper
     (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.dense_solves_pay`: GRF kernels
     with few walkers per node on thousands of training points).
-    Values and gradients equal gpytorch's to rounding. Larger training sets, masked
+    Values and gradients equal gpytorch's to rounding. The bias-corrected evaluations of a
+    GRF kernel's training rounds on its prediction walks (module docstring) take this path
+    above ``max_cholesky_size`` too, as far as the kernel finds a dense factor within memory
+    (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.pairs_evaluations`). Larger training sets, masked
     observations (gpytorch's ``observation_nan_policy``), multitask outputs and
     covariances with a solver of their own (low rank plus diagonal, as for random-feature
     kernels, by the Woodbury identity; Kronecker structure) take gpytorch's own path.
@@ -212,16 +215,23 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
                 or gpytorch.settings.observation_nan_policy.value() != "ignore"):
             return super().forward(function_dist, target, *params, **kwargs)
         num_data = function_dist.event_shape.numel()
-        if num_data > gpytorch.settings.max_cholesky_size.value():
-            self._report(function_dist, target, params)
-            return super().forward(function_dist, target, *params, **kwargs)
-        if not self._dense_solves_pay():
-            self._report(function_dist, target, params)
-            with gpytorch.settings.max_cholesky_size(num_data - 1):
+        output = operator = paired = None
+        if any(kernel.pairs_evaluations() for kernel in graph_kernels(self.model)):
+            # A bias-corrected round: the kernel decides, at any size, whether this evaluation is paired.
+            output = self.likelihood(function_dist, *params, **kwargs)
+            operator = output.lazy_covariance_matrix.evaluate_kernel()
+            paired = self._perturbation()
+        if paired is None:
+            if num_data > gpytorch.settings.max_cholesky_size.value():
+                self._report(function_dist, target, params)
                 return super().forward(function_dist, target, *params, **kwargs)
-        output = self.likelihood(function_dist, *params, **kwargs)
-        operator = output.lazy_covariance_matrix.evaluate_kernel()
-        paired = self._perturbation()
+            if not self._dense_solves_pay():
+                self._report(function_dist, target, params)
+                with gpytorch.settings.max_cholesky_size(num_data - 1):
+                    return super().forward(function_dist, target, *params, **kwargs)
+        if output is None:
+            output = self.likelihood(function_dist, *params, **kwargs)
+            operator = output.lazy_covariance_matrix.evaluate_kernel()
         if type(operator).inv_quad_logdet is not LinearOperator.inv_quad_logdet:
             # A solver of its own (low rank plus diagonal, Kronecker, ...): gpytorch's log density.
             result = output.log_prob(target)

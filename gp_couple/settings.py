@@ -21,7 +21,11 @@ defaults are given for comparison):
   The exact objective also suits L-BFGS: on CG/Lanczos objectives, whose stochastic
   log-determinant and gradient do not agree, its line searches spend several evaluations
   per iteration near the optimum (``benchmarks/RESULTS.md``).
-  Above it, CG/Lanczos on the sparse operator: a dense factor costs :math:`n^3/3`.
+  Above it, CG/Lanczos on the sparse operator: a dense factor costs :math:`n^3/3`. The
+  exception is a GRF kernel's bias-corrected training rounds on its prediction walks,
+  which factorise densely whatever this value, as long as the factor fits in memory
+  (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.pairs_evaluations`;
+  ``WalkSchedule(bias_correction=False)`` leaves them to this setting).
 * ``num_trace_samples=32`` (gpytorch: 10): lower-variance log-determinant
   gradients on the CG path; each probe costs only two sparse products.
 * ``cg_tolerance=0.01`` (gpytorch: 1) and ``eval_cg_tolerance=0.001`` (gpytorch:

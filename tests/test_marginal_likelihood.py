@@ -14,6 +14,8 @@ from gp_couple._random import seeded_torch_rng
 from gp_couple.graphs import grid_graph
 from gp_couple.kernel_families import Diffusion
 from gp_couple.kernels import CoupledRFFKernel, ExactGraphKernel, GRFKernel, WalkSchedule
+from gp_couple.kernels import grf_kernel as grf_kernel_module
+from gp_couple.kernels.grf_kernel import PAIRED_DENSE_MATRICES, PAIRED_MEMORY_FRACTION, paired_factor_fits
 from gp_couple.kernels.walk_schedule import BiasCorrectionWarning, LikelihoodEvaluation, whitened_norm
 from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood, _BiasCorrectedGaussian
 from gp_couple.models import GraphGP
@@ -261,6 +263,56 @@ def test_a_bias_corrected_round_trains_on_the_mean_of_two_draws_minus_the_bias()
     with torch.no_grad():
         torch.testing.assert_close(model.covar_module(x).to_dense(), scale * own)
     assert kernel.estimate_difference() is None
+
+
+def test_a_bias_corrected_round_factorises_densely_above_max_cholesky_size_where_the_factor_fits(
+        monkeypatch: pytest.MonkeyPatch):
+    values, reports = [], []
+    for size in (10_000, 0):
+        model, kernel = _paired_model()
+        monkeypatch.setattr(kernel, "record_evaluation", reports.append)
+        with gpytorch.settings.max_cholesky_size(size):
+            values.append(DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs),
+                                                                              model.train_targets))
+    # Also where CG would be cheaper: the correction needs the factor.
+    monkeypatch.setattr(grf_kernel_module, "dense_factor_pays", lambda rows, entries: False)
+    model, kernel = _paired_model()
+    monkeypatch.setattr(kernel, "record_evaluation", reports.append)
+    values.append(DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs),
+                                                                      model.train_targets))
+    # The same corrected value, to rounding, whatever gpytorch's threshold and the cost rule.
+    torch.testing.assert_close(values[1], values[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(values[2], values[0], rtol=1e-12, atol=1e-12)
+    assert [report.expansion_error is not None for report in reports] == [True, True, True]
+    # Where the factor does not fit in memory, the round solves one draw by CG/Lanczos.
+    monkeypatch.setattr(grf_kernel_module, "paired_factor_fits", lambda rows, itemsize: False)
+    model, kernel = _paired_model()
+    reports.clear()
+    monkeypatch.setattr(kernel, "record_evaluation", reports.append)
+    with gpytorch.settings.max_cholesky_size(0), gpytorch.settings.cg_tolerance(1e-3):
+        value = DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs), model.train_targets)
+    assert kernel.estimate_difference() is None and torch.isfinite(value)
+    assert [report.expansion_error for report in reports] == [None]
+    # The round keeps that decision; a round below the threshold is paired, whatever the memory rule says.
+    with gpytorch.settings.max_cholesky_size(10_000):
+        DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs), model.train_targets)
+    assert reports[-1].expansion_error is None
+    model, kernel = _paired_model()
+    monkeypatch.setattr(kernel, "record_evaluation", reports.append)
+    with gpytorch.settings.max_cholesky_size(10_000):
+        DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs), model.train_targets)
+    assert reports[-1].expansion_error is not None
+
+
+def test_the_paired_factor_fits_where_its_dense_matrices_take_at_most_half_the_available_memory(
+        monkeypatch: pytest.MonkeyPatch):
+    rows = 10_240
+    needed = PAIRED_DENSE_MATRICES * rows ** 2 * 8
+    monkeypatch.setattr(grf_kernel_module, "available_memory", lambda: int(needed / PAIRED_MEMORY_FRACTION))
+    assert paired_factor_fits(rows, 8) and not paired_factor_fits(rows + 1, 8)
+    assert paired_factor_fits(int(rows * math.sqrt(2)), 4)
+    monkeypatch.setattr(grf_kernel_module, "available_memory", lambda: None)   # unknown: only small ones
+    assert not paired_factor_fits(rows, 8) and paired_factor_fits(512, 8)
 
 
 def test_rounds_without_the_correction_or_in_eval_mode_train_on_the_kernels_own_walks():

@@ -203,6 +203,19 @@ class GraphNodeKernel(Kernel):
         kernels override it (:meth:`gp_couple.kernels.grf_kernel.GRFKernel.finish_training`).
         """
 
+    def pairs_evaluations(self) -> bool:
+        """Whether the next training evaluation may be bias-corrected (exact kernels: never).
+
+        In those evaluations the kernel returns a dense training covariance, the mean of two
+        draws, and hands their difference to the objective
+        (:meth:`estimate_difference`). :class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`
+        asks before it chooses a solver: where a kernel may pair, it evaluates the
+        covariance first and takes the dense path when the evaluation was paired, whatever
+        gpytorch's ``max_cholesky_size`` (the kernel bounds the size itself,
+        :meth:`gp_couple.kernels.grf_kernel.GRFKernel.pairs_evaluations`).
+        """
+        return False
+
     def estimate_difference(self) -> Tensor | None:
         """The error proxy of a bias-corrected training evaluation, taken once (exact kernels: ``None``).
 

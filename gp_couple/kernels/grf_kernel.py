@@ -47,7 +47,15 @@ import torch
 from linear_operator.operators import DenseLinearOperator, DiagLinearOperator, LinearOperator
 from torch import Tensor
 
-from .._checks import check_even_walkers, check_fraction, check_int, check_p_halt, is_int
+from .._checks import (
+    ALWAYS_FITS_BYTES,
+    available_memory,
+    check_even_walkers,
+    check_fraction,
+    check_int,
+    check_p_halt,
+    is_int,
+)
 from .._nodes import node_index_array
 from .._random import SeedLike, draw_seed
 from ..couplings.directions import (
@@ -87,7 +95,7 @@ from .walk_schedule import (
 )
 
 __all__ = ["DENSE_SOLVE_QUADRATURE_NODES", "DENSE_SOLVE_WORK", "GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER",
-           "TRAIN_P_HALT", "TRAIN_WALKERS", "dense_factor_pays"]
+           "TRAIN_P_HALT", "TRAIN_WALKERS", "dense_factor_pays", "paired_factor_fits"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -99,6 +107,13 @@ TRAIN_WALKERS = 48
 DENSE_SOLVE_WORK = 150_000
 #: The log-determinant quadrature nodes with which :data:`DENSE_SOLVE_WORK` was measured.
 DENSE_SOLVE_QUADRATURE_NODES = 20
+#: Dense :math:`n \times n` matrices a bias-corrected training evaluation holds at its peak,
+#: value and gradient together, its walks' features included (:meth:`GRFKernel.pairs_evaluations`;
+#: ``benchmarks/bench_paired_memory.py``).
+PAIRED_DENSE_MATRICES = 13
+#: Share of the memory available when a round starts that those matrices may take: the count is a
+#: measured peak, and the evaluation's memory is freed when it returns.
+PAIRED_MEMORY_FRACTION = 0.8
 #: Termination probability of the training configuration (the constructor's default).
 TRAIN_P_HALT = 0.1
 #: Walkers per node :meth:`GRFKernel.resample_for_prediction` starts from when it chooses the count.
@@ -128,6 +143,24 @@ def dense_factor_pays(rows: int, entries: float) -> bool:
     """
     nodes = gpytorch.settings.max_lanczos_quadrature_iterations.value()
     return rows ** 3 <= DENSE_SOLVE_WORK * entries * max(1.0, nodes / DENSE_SOLVE_QUADRATURE_NODES)
+
+
+def paired_factor_fits(rows: int, itemsize: int) -> bool:
+    r"""Whether a bias-corrected evaluation on ``rows`` training points fits in memory.
+
+    It holds :data:`PAIRED_DENSE_MATRICES` dense :math:`n \times n` matrices at its peak;
+    they may take :data:`PAIRED_MEMORY_FRACTION` of the available memory
+    (:func:`~gp_couple._checks.available_memory`). Where that is unknown, only
+    evaluations below :data:`~gp_couple._checks.ALWAYS_FITS_BYTES` fit.
+
+    :param rows: Training points :math:`n`.
+    :param itemsize: Bytes per entry of the training covariance.
+    """
+    needed = PAIRED_DENSE_MATRICES * rows ** 2 * itemsize
+    if needed <= ALWAYS_FITS_BYTES:
+        return True
+    available = available_memory()
+    return available is not None and needed <= PAIRED_MEMORY_FRACTION * available
 
 
 class GRFKernel(GraphNodeKernel):
@@ -233,7 +266,8 @@ class GRFKernel(GraphNodeKernel):
         hyperparameters and counting the L-BFGS line-search evaluations that the exact
         objective saves (``benchmarks/RESULTS.md``). The kernel's first walks (few walkers)
         train by CG on large training sets; the walks of later phases and the prediction
-        walks, by the factor.
+        walks, by the factor. The bias-corrected rounds on the prediction walks factorise
+        whatever this rule says (:meth:`pairs_evaluations`).
 
         :param nodes: The training inputs, as the model holds them.
         """
@@ -483,12 +517,12 @@ class GRFKernel(GraphNodeKernel):
                               "lower predict_tolerance or raise max_predict_walkers in the WalkSchedule, or set "
                               "bias_correction=False" if corrected else
                               f"training ended on one draw of the walks, on the likelihood without its bias "
-                              f"correction (solved by CG/Lanczos, on walks capped above predict_tolerance, or with "
-                              f"bias_correction=False), and that draw's error is {error:.2g} of the covariance in "
-                              f"its worst direction (above {BIAS_EXPANSION_LIMIT:g}): the likelihood's bias towards "
-                              "a shorter range and more noise may have moved the learnt hyperparameters. Solve the "
-                              "training set by a dense factor (grf_gp_settings(max_cholesky_size=...)) with "
-                              "bias_correction on, raise max_predict_walkers, or use an exact kernel "
+                              f"correction (a training set whose dense factor does not fit in memory, walks capped "
+                              f"above predict_tolerance, or bias_correction=False), and that draw's error is "
+                              f"{error:.2g} of the covariance in its worst direction (above "
+                              f"{BIAS_EXPANSION_LIMIT:g}): the likelihood's bias towards a shorter range and more "
+                              "noise may have moved the learnt hyperparameters. Train with bias_correction on where "
+                              "the dense factor fits, raise max_predict_walkers, or use an exact kernel "
                               "(ExactGraphKernel, MatrixFreeGraphKernel) at this range", BiasCorrectionWarning,
                               stacklevel=3)
             if self.schedule.predict_walkers is None and nodes is not None:
@@ -652,10 +686,29 @@ class GRFKernel(GraphNodeKernel):
     def finish_training(self) -> None:
         """Drop the second draw of the bias-corrected training rounds (:meth:`estimate_difference`)."""
         self._pairing = False
+        #: Whether this round's paired evaluations factorise densely (decided at its first evaluation).
+        self._pairs_densely: bool | None = None
         self._difference: Tensor | None = None
         self._evaluation: LikelihoodEvaluation | None = None
         self._training_nodes: Tensor | None = None
         self._cache.pop("pair", None)
+
+    def pairs_evaluations(self) -> bool:
+        r"""Whether the next training evaluation may be bias-corrected: a training round on the prediction walks.
+
+        In such a round (:meth:`prepare_prediction`) a training evaluation is paired when a
+        dense factor of the training covariance fits in memory: up to gpytorch's
+        ``max_cholesky_size`` points, and above it as long as :func:`paired_factor_fits`
+        (decided once per round, at its first evaluation, once the second draw is made). The
+        correction needs the dense factor, and it is what keeps the learnt output scale and
+        range from the likelihood's second-order bias, which is largest on large training
+        sets at high signal-to-noise ratios. So these rounds factorise densely even where
+        CG/Lanczos would be cheaper (:meth:`dense_solves_pay`) and where the earlier phases
+        solved by it: they are few, and they fix the hyperparameters the model ends with.
+        ``WalkSchedule(bias_correction=False)`` keeps the rounds on one draw and on the
+        solver ``max_cholesky_size`` chooses.
+        """
+        return self._pairing
 
     def estimate_difference(self) -> Tensor | None:
         r"""The difference :math:`\widehat{\mathbf K}_1 - \widehat{\mathbf K}_2` of the last paired training evaluation.
@@ -671,7 +724,8 @@ class GRFKernel(GraphNodeKernel):
         evaluation) to correct the likelihood's second-order bias.
 
         :return: The dense difference, or ``None`` when the last evaluation was not paired
-            (outside those rounds, in eval mode, or on a training set that is solved by CG).
+            (outside those rounds, in eval mode, or where a dense factor does not fit
+            in memory, :meth:`pairs_evaluations`).
         """
         difference, self._difference = self._difference, None
         return difference
@@ -682,9 +736,14 @@ class GRFKernel(GraphNodeKernel):
 
     def _paired_gram(self, nodes: Tensor, gram: GRFGramLinearOperator) -> LinearOperator | None:
         """The mean of this estimate and the paired draw's on training ``nodes``, keeping their difference."""
-        pattern = self._selection(nodes, "x1")[0]
-        if (nodes.numel() > gpytorch.settings.max_cholesky_size.value()
-                or not dense_factor_pays(pattern.num_rows, pattern.nnz)):
+        if self._pairs_densely is None:
+            # Once per round, after the second draw is made (its features take memory too): a round
+            # that switched between the corrected and the plain objective would mislead L-BFGS.
+            rows = nodes.numel()
+            self._pairs_densely = (rows <= gpytorch.settings.max_cholesky_size.value()
+                                   or (self._pair_draw(nodes) is not None
+                                       and paired_factor_fits(rows, gram.dtype.itemsize)))
+        if not self._pairs_densely:
             return None
         pair = self._pair_draw(nodes)
         values = pair.steps.values(self.kernel_family.modulation(pair.features.num_terms))

@@ -58,7 +58,12 @@ independent draw of the same configuration
 :math:`\bar{\mathbf K}`, and subtracts the bias estimated from their difference
 :math:`\mathbf D = \widehat{\mathbf K}_1 - \widehat{\mathbf K}_2`, whose second moment is
 four times that of the error of :math:`\bar{\mathbf K}`
-(:class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`). The second draw is
+(:class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`). The correction
+needs a dense factor of the training covariance, so these rounds factorise it densely
+also above gpytorch's ``max_cholesky_size``, where the earlier phases solved by CG/Lanczos,
+as long as it fits in memory
+(:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.pairs_evaluations`): large training sets
+are where one draw's error weighs most. The second draw is
 dropped when training ends: the model predicts with the prediction walks.
 
 The expansion holds while the estimate's error is small against the covariance in every
@@ -67,7 +72,7 @@ estimates this whitened error from :math:`\mathbf D` (half its spectral norm, by
 iteration), and a round that ends above :data:`BIAS_EXPANSION_LIMIT` warns
 (:class:`BiasCorrectionWarning`): there the correction can overshoot, and more prediction
 walkers are the remedy. Where training ends on one draw, on the uncorrected likelihood
-(training sets solved by CG/Lanczos, walks capped above the prediction tolerance, or
+(training sets whose dense factor does not fit in memory, walks capped above the prediction tolerance, or
 ``bias_correction`` off), the kernel measures that draw's whitened error against an
 independent draw when training ends (training sets of up to
 :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` points, which it factors densely)

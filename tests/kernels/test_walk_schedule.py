@@ -406,9 +406,11 @@ def test_prediction_walkers_grow_until_the_predictive_mean_is_accurate():
     assert errors[1] < 0.5 * errors[0]         # more walkers, a more accurate mean
 
 
-def test_the_predictive_mean_check_runs_on_training_sets_solved_by_cg():
-    # Above max_cholesky_size training is by CG/Lanczos, on one draw (no bias correction):
-    # the check still runs when training ends, with exact solves of its own.
+def test_the_predictive_mean_check_runs_on_training_sets_solved_by_cg(monkeypatch: pytest.MonkeyPatch):
+    # Above max_cholesky_size, where the dense factor of the corrected rounds does not fit in memory,
+    # training is by CG/Lanczos, on one draw (no bias correction): the check still runs when
+    # training ends, with exact solves of its own.
+    monkeypatch.setattr(grf_kernel_module, "paired_factor_fits", lambda rows, itemsize: False)
     graph, train, targets = _long_range_draw(0)
     loose = WalkSchedule(max_train_walkers=256, sigma_fit_samples=20, predict_tolerance=0.03,
                          predict_error_tolerance=0.9)
@@ -431,9 +433,12 @@ def test_the_predictive_mean_check_runs_on_training_sets_solved_by_cg():
 
 
 @pytest.mark.parametrize("walkers", [64, 2048])
-def test_training_on_one_draw_warns_where_that_draws_error_is_large(walkers: int) -> None:
-    # Trained by CG, the likelihood is not corrected: the kernel measures the whitened error of
-    # the draw training ended on against an independent draw, and warns above the limit.
+def test_training_on_one_draw_warns_where_that_draws_error_is_large(walkers: int,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # Trained by CG (the corrected rounds' dense factor does not fit), the likelihood is not corrected:
+    # the kernel measures the whitened error of the draw training ended on against an independent
+    # draw, and warns above the limit.
+    monkeypatch.setattr(grf_kernel_module, "paired_factor_fits", lambda rows, itemsize: False)
     model = _model(schedule=WalkSchedule(max_train_walkers=128, predict_walkers=walkers, sigma_fit_samples=10))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
