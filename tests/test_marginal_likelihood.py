@@ -13,8 +13,13 @@ from linear_operator.operators import LowRankRootAddedDiagLinearOperator
 from gp_couple._random import seeded_torch_rng
 from gp_couple.graphs import grid_graph
 from gp_couple.kernel_families import Diffusion
-from gp_couple.kernels import CoupledRFFKernel, ExactGraphKernel, GRFKernel, WalkSchedule
-from gp_couple.kernels import grf_kernel as grf_kernel_module
+from gp_couple.kernels import (
+    CoupledRFFKernel,
+    ExactGraphKernel,
+    GRFKernel,
+    WalkSchedule,
+    grf_kernel as grf_kernel_module,
+)
 from gp_couple.kernels.grf_kernel import PAIRED_DENSE_MATRICES, PAIRED_MEMORY_FRACTION, paired_factor_fits
 from gp_couple.kernels.walk_schedule import BiasCorrectionWarning, LikelihoodEvaluation, whitened_norm
 from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood, _BiasCorrectedGaussian

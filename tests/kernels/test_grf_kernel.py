@@ -16,8 +16,7 @@ from gp_couple.couplings.walk_lengths import SigmaCoupling, get_walk_length_coup
 from gp_couple.features.graph_random_features import GraphRandomFeatures
 from gp_couple.graphs import Graph, grid_graph
 from gp_couple.kernel_families import Diffusion, RegularisedLaplacian
-from gp_couple.kernels import ExactGraphKernel, GRFKernel
-from gp_couple.kernels import grf_kernel as grf_kernel_module
+from gp_couple.kernels import ExactGraphKernel, GRFKernel, grf_kernel as grf_kernel_module
 from gp_couple.models import GraphGP, fit_gp, predict
 from gp_couple.operators import GRFGramLinearOperator, SparseFeatureLinearOperator
 from tests.stats import assert_unbiased
