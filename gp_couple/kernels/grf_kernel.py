@@ -736,16 +736,16 @@ class GRFKernel(GraphNodeKernel):
 
     def _paired_gram(self, nodes: Tensor, gram: GRFGramLinearOperator) -> LinearOperator | None:
         """The mean of this estimate and the paired draw's on training ``nodes``, keeping their difference."""
+        # Drawn first: its features take memory too (the checks when training ends reuse this draw).
+        pair = self._pair_draw(nodes)
         if self._pairs_densely is None:
-            # Once per round, after the second draw is made (its features take memory too): a round
-            # that switched between the corrected and the plain objective would mislead L-BFGS.
+            # Once per round: a round that switched between the corrected and the plain objective
+            # would mislead L-BFGS.
             rows = nodes.numel()
             self._pairs_densely = (rows <= gpytorch.settings.max_cholesky_size.value()
-                                   or (self._pair_draw(nodes) is not None
-                                       and paired_factor_fits(rows, gram.dtype.itemsize)))
+                                   or paired_factor_fits(rows, gram.dtype.itemsize))
         if not self._pairs_densely:
             return None
-        pair = self._pair_draw(nodes)
         values = pair.steps.values(self.kernel_family.modulation(pair.features.num_terms))
         own = gram.to_dense()
         other = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=pair.pattern)).to_dense()
