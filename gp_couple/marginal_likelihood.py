@@ -177,8 +177,11 @@ class _GaussianQuadraticAndLogdet(torch.autograd.Function):
         grad_covariance = grad_residual = None
         if ctx.needs_input_grad[0]:
             grad_covariance = torch.cholesky_inverse(factor).mul_(grad_logdet[..., None, None])
-            outer = alpha.unsqueeze(-1) * alpha.unsqueeze(-2)
-            grad_covariance.sub_(outer.mul_(grad_quadratic[..., None, None]))
+            if grad_covariance.ndim == 2:  # one rank-one update in place, no outer product formed
+                grad_covariance.addmm_(alpha.unsqueeze(-1) * -grad_quadratic, alpha.unsqueeze(-2))
+            else:
+                outer = alpha.unsqueeze(-1) * alpha.unsqueeze(-2)
+                grad_covariance.sub_(outer.mul_(grad_quadratic[..., None, None]))
         if ctx.needs_input_grad[1]:
             grad_residual = 2 * grad_quadratic.unsqueeze(-1) * alpha
         return grad_covariance, grad_residual

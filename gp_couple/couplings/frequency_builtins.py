@@ -14,12 +14,11 @@ import math
 import warnings
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 from scipy import special
-from scipy.stats import qmc
 from torch import Tensor
 
 from .._checks import check_positive_int
@@ -27,6 +26,9 @@ from ..registry import check_description_fields
 from .chi import chi_isf, chi_ppf, normal_to_chi
 from .frequency_interface import FREQUENCY_COUPLINGS, FrequencyCoupling
 from .frequency_lookup import get_frequency_coupling
+
+if TYPE_CHECKING:
+    from scipy.stats import qmc
 
 __all__ = [
     "IIDFrequencyCoupling",
@@ -81,7 +83,16 @@ class _QMCCoupling(FrequencyCoupling):
     Gaussian; each batch member gets an independent scramble.
     """
 
-    engine: ClassVar[type[qmc.QMCEngine]]
+    #: Name of the ``scipy.stats.qmc`` engine (imported when sampling: ``scipy.stats`` takes
+    #: about half a second to import, which every user of the library would otherwise pay).
+    engine_name: ClassVar[str]
+
+    @property
+    def engine(self) -> type[qmc.QMCEngine]:
+        """The ``scipy.stats.qmc`` engine class."""
+        from scipy.stats import qmc
+
+        return getattr(qmc, self.engine_name)
 
     def sample_noise(self, num_features: int, dim: int, batch_shape: tuple[int, ...],
                      rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -106,14 +117,14 @@ class HaltonCoupling(_QMCCoupling):
     """Scrambled Halton sequence through the Gaussian inverse CDF (``scipy.stats.qmc.Halton``)."""
 
     name = "halton"
-    engine = qmc.Halton
+    engine_name = "Halton"
 
 
 class SobolCoupling(_QMCCoupling):
     """Scrambled Sobol' sequence through the Gaussian inverse CDF (``scipy.stats.qmc.Sobol``)."""
 
     name = "sobol"
-    engine = qmc.Sobol
+    engine_name = "Sobol"
 
 
 # --------------------------------------------------------------------------- orthogonal ensembles

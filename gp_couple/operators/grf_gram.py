@@ -137,7 +137,10 @@ class _CompiledGram(torch.autograd.Function):
         left_values, right_values = ctx.saved_tensors
         left_pattern, right_pattern = ctx.patterns
         if ctx.symmetric:
-            return _gram_gradient(left_pattern, right_pattern, right_values, grad + grad.mT), None, None, None
+            weights = grad + grad.mT
+            # Symmetric: its transpose is the same matrix, and contiguous where a transposed grad made it not.
+            weights = weights if weights.is_contiguous() else weights.mT
+            return _gram_gradient(left_pattern, right_pattern, right_values, weights), None, None, None
         grad_left = _gram_gradient(left_pattern, right_pattern, right_values, grad) \
             if ctx.needs_input_grad[0] else None
         grad_right = _gram_gradient(right_pattern, left_pattern, left_values, grad.mT) \

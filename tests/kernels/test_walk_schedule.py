@@ -25,6 +25,7 @@ from gp_couple.kernels.walk_schedule import (
     hyperparameter_change,
 )
 from gp_couple.recipes import fit_grf_gp
+from gp_couple.settings import threads
 
 GRAPH = grid_graph(10, 10)
 TRAIN = np.arange(0, 100, 2)
@@ -265,29 +266,39 @@ def test_training_on_the_prediction_walks_learns_a_long_range_the_coarse_walks_m
     assert gaps[2] < 0.5 * gaps[0]
 
 
-def test_the_bias_corrected_rounds_learn_the_exact_gps_output_scale():
+def test_the_bias_corrected_rounds_remove_the_output_scales_drift():
     # Unbiased walks still bias the likelihood (second order): on the plain likelihood the
-    # output scale of this long-range draw drifts low; the corrected rounds recover it.
+    # output scale of this long-range draw drifts low; the corrected rounds remove that drift.
+    # On 200 points the learnt output scale still varies by about 20 % between walk draws (an
+    # exploration over four walk seeds, one thread: plain -0.32 / -0.23 / -0.12 / -0.14 in log
+    # ratio to the exact GP's, every one low; corrected -0.16 / +0.15 / +0.02 / +0.31), so this
+    # asserts the direction and size of the shift on one draw, on one thread: threaded
+    # reductions round differently, and the rounding moves the walks each phase draws.
     graph, train, targets = _long_range_draw(0)
-    exact = _learnt(graph, train, targets, ExactGraphKernel(graph))
-    learnt, warned = {}, {}
-    for correct in (False, True):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            learnt[correct] = _learnt(graph, train, targets, GRFKernel(graph, seed=0, schedule=WalkSchedule(
-                max_train_walkers=256, sigma_fit_samples=20, bias_correction=correct)))
-        warned[correct] = [str(warning.message) for warning in caught
-                           if issubclass(warning.category, BiasCorrectionWarning)]
-    # Walks at their tolerance: the expansion holds where the corrected rounds end. The plain
-    # likelihood's draw is too noisy for its second-order bias to be negligible, and says so.
-    assert not warned[True]
-    assert len(warned[False]) == 1 and "one draw" in warned[False][0]
-    gaps = {correct: {name: abs(math.log(value / exact[name])) for name, value in found.items()}
+    learnt, warned, error = {}, {}, {}
+    with threads(1):
+        exact = _learnt(graph, train, targets, ExactGraphKernel(graph))
+        for correct in (False, True):
+            base = GRFKernel(graph, seed=0, schedule=WalkSchedule(max_train_walkers=256, sigma_fit_samples=20,
+                                                                  bias_correction=correct))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                learnt[correct] = _learnt(graph, train, targets, base)
+            warned[correct] = [str(warning.message) for warning in caught
+                               if issubclass(warning.category, BiasCorrectionWarning)]
+            error[correct] = base.bias_expansion_error
+    gaps = {correct: {name: math.log(value / exact[name]) for name, value in found.items()}
             for correct, found in learnt.items()}
-    assert gaps[False]["outputscale"] > 0.2              # the drift this guards against
-    assert gaps[True]["outputscale"] < min(0.5 * gaps[False]["outputscale"], math.log(1.1))
-    assert gaps[True]["gamma"] < gaps[False]["gamma"]
-    assert gaps[True]["noise"] < math.log(1.1)
+    assert gaps[False]["outputscale"] < -0.2                                 # the drift this guards against
+    assert gaps[True]["outputscale"] > gaps[False]["outputscale"] + 0.1      # the correction's shift
+    assert abs(gaps[True]["gamma"]) < abs(gaps[False]["gamma"])
+    assert abs(gaps[True]["noise"]) < math.log(1.1)
+    # The plain likelihood trains on one draw, whose whitened error is about sqrt(2) times that
+    # of the corrected rounds' mean of two: the warning follows the measured error.
+    assert error[False] > error[True]
+    for correct in (False, True):
+        assert len(warned[correct]) == (error[correct] > BIAS_EXPANSION_LIMIT)
+    assert all("one draw" in message for message in warned[False])
 
 
 def test_a_kernel_that_trained_with_the_correction_holds_no_second_draw(monkeypatch: pytest.MonkeyPatch) -> None:
