@@ -177,11 +177,10 @@ class _GaussianQuadraticAndLogdet(torch.autograd.Function):
         grad_covariance = grad_residual = None
         if ctx.needs_input_grad[0]:
             grad_covariance = torch.cholesky_inverse(factor).mul_(grad_logdet[..., None, None])
-            if grad_covariance.ndim == 2:  # one rank-one update in place, no outer product formed
-                grad_covariance.addmm_(alpha.unsqueeze(-1) * -grad_quadratic, alpha.unsqueeze(-2))
-            else:
-                outer = alpha.unsqueeze(-1) * alpha.unsqueeze(-2)
-                grad_covariance.sub_(outer.mul_(grad_quadratic[..., None, None]))
+            # The rank-one term of every batch member in place, without forming the outer products.
+            size = alpha.shape[-1]
+            grad_covariance.view(-1, size, size).baddbmm_(
+                (alpha * -grad_quadratic.unsqueeze(-1)).reshape(-1, size, 1), alpha.reshape(-1, 1, size))
         if ctx.needs_input_grad[1]:
             grad_residual = 2 * grad_quadratic.unsqueeze(-1) * alpha
         return grad_covariance, grad_residual

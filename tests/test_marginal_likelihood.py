@@ -309,7 +309,7 @@ def test_a_bias_corrected_round_factorises_densely_above_max_cholesky_size_where
     assert reports[-1].expansion_error is not None
 
 
-def test_the_paired_factor_fits_where_its_dense_matrices_take_at_most_half_the_available_memory(
+def test_the_paired_factor_fits_where_its_dense_matrices_take_at_most_their_share_of_the_available_memory(
         monkeypatch: pytest.MonkeyPatch):
     rows = 10_240
     needed = PAIRED_DENSE_MATRICES * rows ** 2 * 8

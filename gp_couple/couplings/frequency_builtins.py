@@ -83,8 +83,8 @@ class _QMCCoupling(FrequencyCoupling):
     Gaussian; each batch member gets an independent scramble.
     """
 
-    #: Name of the ``scipy.stats.qmc`` engine (imported when sampling: ``scipy.stats`` takes
-    #: about half a second to import, which every user of the library would otherwise pay).
+    #: Name of the ``scipy.stats.qmc`` engine, imported when sampling: ``scipy.stats`` is slow to
+    #: import, and importing it with this module would make every user of the library pay for it.
     engine_name: ClassVar[str]
 
     @property
