@@ -19,7 +19,8 @@ block Krylov with a residual bound above). Methods, each in a fresh subprocess:
   and a worse likelihood: both losses are reported); ``--exact-starts given`` keeps only
   the second start, for graphs where one exact training run takes hours, and
   ``--exact-means-only`` predicts its means only (test RMSE, no NLPD), where its exact
-  variances would take hours matrix-free;
+  variances would take hours matrix-free; ``--exact-cpu-limit`` stops each exact run after
+  that many CPU seconds (recording its loss against CPU time), a lower bound on its cost;
 * ``recipe_at_exact`` (diagnosis): the recipe's prediction walks at the exact GP's
   hyperparameters, without training (prediction error alone);
 * ``exact_at_recipe`` (diagnosis): the exact kernel at the recipe's learnt hyperparameters
@@ -107,15 +108,28 @@ def _hyper(model: Any, likelihood: Any) -> dict[str, float]:
             "noise": float(likelihood.noise.detach())}
 
 
+def _cpu_limited_log(trajectory: list[tuple[float, float]], cpu_limit: float | None) -> Any:
+    """A ``fit_gp`` callback that logs the loss against CPU time into ``trajectory`` and stops after ``cpu_limit``."""
+    began = time.process_time()
+
+    def record(step: int, loss: float) -> bool:
+        trajectory.append((time.process_time() - began, loss))
+        return cpu_limit is not None and trajectory[-1][0] > cpu_limit
+
+    return record
+
+
 def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: int,
                hyper: dict[str, float] | None, exact_starts: str = "both",
                exact_variances: bool = True, schedule_options: dict[str, Any] | None = None,
-               settings: dict[str, Any] | None = None) -> dict[str, Any]:
+               settings: dict[str, Any] | None = None, exact_cpu_limit: float | None = None) -> dict[str, Any]:
     """Train (or set) and predict with one method; return accuracy, hyperparameters and times.
 
     :param schedule_options: ``WalkSchedule`` fields that the ``defaults`` method changes
         (``None``: the constructor's schedule).
     :param settings: ``grf_gp_settings`` overrides of every method (``None``: the recommended ones).
+    :param exact_cpu_limit: CPU seconds after which each exact training run is stopped
+        unconverged (``None``: no limit); every exact run records its loss against CPU time.
     """
     import warnings
 
@@ -165,13 +179,18 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
                 (None,) if hyper is None else (hyper,) if exact_starts == "given" else (None, hyper))
             for start_at in starts:
                 began = time.perf_counter()
+                trajectory: list[tuple[float, float]] = []
+                record = _cpu_limited_log(trajectory, exact_cpu_limit)
                 model, likelihood = _model(graph, train, observed, _exact_kernel(graph, 1.0, dense_limit))
                 if start_at is not None:
                     _set(model, likelihood, start_at)
                 with grf_gp_settings(**settings):
-                    history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
+                    history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed,
+                                     callback=record)
                 name = "default" if start_at is None else "recipe"
                 result[f"loss_from_{name}_start"] = history[-1]
+                result[f"trajectory_from_{name}_start"] = trajectory
+                result[f"stopped_by_cpu_limit_from_{name}_start"] = history.reason == "callback"
                 result[f"train_s_from_{name}_start"] = time.perf_counter() - began
                 if best is None or history[-1] < best[2][-1]:
                     best = (model, likelihood, history, name)
@@ -248,6 +267,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="the defaults model's WalkSchedule.bias_correction off (the plain likelihood)")
     parser.add_argument("--max-cholesky-size", type=int, default=None,
                         help="grf_gp_settings' max_cholesky_size for every method (default: the recommended 8192)")
+    parser.add_argument("--exact-cpu-limit", type=float, default=None,
+                        help="CPU seconds after which each exact training run stops unconverged (its loss "
+                             "against CPU time is recorded), for a lower bound on its cost")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
     settings = None if args.max_cholesky_size is None else {"max_cholesky_size": args.max_cholesky_size}
@@ -287,7 +309,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else:
                 row = run_in_subprocess(__file__, run_method, spec, method, args.iterations, args.seed,
                                         args.dense_limit, hyper, args.exact_starts, not args.exact_means_only,
-                                        schedule_options if method == "defaults" else None, settings)
+                                        schedule_options if method == "defaults" else None, settings,
+                                        args.exact_cpu_limit)
                 row.update(problem=spec, seed=args.seed, load=os.getloadavg()[0])
                 if settings is not None:
                     row.update(settings=settings)

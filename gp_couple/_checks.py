@@ -40,6 +40,22 @@ def check_fraction(name: str, value: Any) -> float:
     return result
 
 
+def check_nonnegative(name: str, value: Any) -> float:
+    """``value`` as a finite float of at least 0 (thresholds).
+
+    :param name: Argument name used in the messages.
+    :param value: The argument.
+    :raises TypeError: If ``value`` is not a real number (``bool`` included).
+    :raises ValueError: If it is negative, NaN or infinite.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    result = float(value)
+    if not (0.0 <= result < math.inf):
+        raise ValueError(f"{name} must be a finite number of at least 0, got {value}")
+    return result
+
+
 def check_p_halt(p_halt: Any) -> float:
     """A termination probability as a float in the open interval ``(0, 1)`` (:func:`check_fraction`)."""
     return check_fraction("p_halt", p_halt)

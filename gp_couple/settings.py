@@ -79,6 +79,8 @@ from typing import Any
 import gpytorch
 from linear_operator.settings import _value_context
 
+from ._checks import check_nonnegative
+
 __all__ = ["GRFGPSettings", "available_cpus", "busy_cpus", "flush_denormals", "grf_gp_settings",
            "preconditioner_pivot_reuse", "threads", "threads_for_load"]
 
@@ -100,13 +102,7 @@ class preconditioner_pivot_reuse(_value_context):
     _global_value: float | None = None
 
     def __init__(self, tolerance: float | None) -> None:
-        if tolerance is not None:
-            if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)):
-                raise TypeError(f"tolerance must be a float or None, got {type(tolerance).__name__}")
-            if not (0 <= tolerance < float("inf")):
-                raise ValueError(f"tolerance must be non-negative and finite, got {tolerance}")
-            tolerance = float(tolerance)
-        super().__init__(tolerance)
+        super().__init__(None if tolerance is None else check_nonnegative("tolerance", tolerance))
 
 
 @dataclass(frozen=True)

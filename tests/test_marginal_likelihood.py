@@ -309,6 +309,59 @@ def test_a_bias_corrected_round_factorises_densely_above_max_cholesky_size_where
     assert reports[-1].expansion_error is not None
 
 
+def _round_after_an_evaluation(threshold: float) -> tuple[GraphGP, GRFKernel]:
+    """A round on the prediction walks that starts from an evaluation on the training walks."""
+    kernel = GRFKernel(GRAPH, kernel_family=Diffusion(1.5), seed=0,
+                       schedule=WalkSchedule(predict_walkers=64, predict_tolerance=0.5, sigma_fit_samples=5,
+                                             pairing_threshold=threshold))
+    model = _model(kernel, torch.float64)
+    with gpytorch.settings.max_cholesky_size(10_000):
+        DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs), model.train_targets)
+    assert kernel.prepare_prediction(0)
+    return model, kernel
+
+
+def test_above_max_cholesky_size_a_round_pairs_only_where_one_draws_error_at_its_start_exceeds_the_threshold(
+        monkeypatch: pytest.MonkeyPatch):
+    model, kernel = _round_after_an_evaluation(0.0)
+    x = model.train_inputs[0]
+    # One draw's whitened error at the output scale and noise the round starts from.
+    noise = torch.full((TRAIN.size,), 0.05, dtype=torch.float64)
+    error = kernel._one_draw_error(kernel.node_indices(x), LikelihoodEvaluation(None, 1.7, model.train_targets,
+                                                                                noise))
+    assert 0 < error < 1
+    outcomes = {}
+    for threshold in (0.0, error / 2, error * 2):
+        model, kernel = _round_after_an_evaluation(threshold)
+        reports = []
+        monkeypatch.setattr(kernel, "record_evaluation", reports.append)
+        mll = DenseMarginalLogLikelihood(model.likelihood, model)
+        with gpytorch.settings.max_cholesky_size(0), gpytorch.settings.cg_tolerance(1e-3):
+            for _ in range(2):    # the round keeps its decision
+                value = mll(model(*model.train_inputs), model.train_targets)
+        outcomes[threshold] = [report.expansion_error is not None for report in reports]
+        assert torch.isfinite(value)
+    assert outcomes == {0.0: [True, True], error / 2: [True, True], error * 2: [False, False]}
+    # Up to max_cholesky_size the round pairs whatever the threshold: the factor is dense anyway.
+    model, kernel = _round_after_an_evaluation(error * 2)
+    reports = []
+    monkeypatch.setattr(kernel, "record_evaluation", reports.append)
+    with gpytorch.settings.max_cholesky_size(10_000):
+        DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs), model.train_targets)
+    assert [report.expansion_error is not None for report in reports] == [True]
+
+
+def test_the_pairing_threshold_is_a_finite_non_negative_number_and_round_trips():
+    schedule = WalkSchedule(pairing_threshold=0.25)
+    assert WalkSchedule.from_dict(schedule.to_dict()) == schedule
+    with pytest.raises(ValueError, match="pairing_threshold"):
+        WalkSchedule(pairing_threshold=-0.1)
+    with pytest.raises(ValueError, match="pairing_threshold"):
+        WalkSchedule(pairing_threshold=float("nan"))
+    with pytest.raises(TypeError, match="pairing_threshold"):
+        WalkSchedule(pairing_threshold="0.1")
+
+
 def test_the_paired_factor_fits_where_its_dense_matrices_take_at_most_their_share_of_the_available_memory(
         monkeypatch: pytest.MonkeyPatch):
     rows = 10_240

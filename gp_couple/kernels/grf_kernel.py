@@ -478,7 +478,8 @@ class GRFKernel(GraphNodeKernel):
         (:func:`~gp_couple.kernels.walk_schedule.hyperparameter_change`) since they were
         drawn. Does nothing without a schedule or when ``schedule.predict`` is off. When a
         round follows and ``schedule.bias_correction`` is on, the kernel pairs its training
-        rows with a second, independent draw for that round (:meth:`estimate_difference`),
+        rows with a second, independent draw for that round (:meth:`estimate_difference`;
+        above ``max_cholesky_size`` only where that matters, :meth:`pairs_evaluations`),
         provided the prediction walks reach ``schedule.predict_tolerance``: the correction is
         a second-order expansion in the estimate's error, and walks capped above the
         tolerance (by ``schedule.max_predict_walkers`` or memory, with a
@@ -502,14 +503,16 @@ class GRFKernel(GraphNodeKernel):
         :return: Whether the walks were just drawn and ``schedule.refits`` allows another
             training round on them.
         """
+        # Kept: redrawing the walks ends the round (and drops them). The next round starts from this report.
+        reported, nodes = self._evaluation, self._training_nodes
         # Only the round that training ends on matters: a round on redrawn walks follows the others.
-        last = self._evaluation if refit else None
-        # Kept: redrawing the walks ends the round.
-        nodes = self._training_nodes
+        last = reported if refit else None
         another = self._draw_prediction_walks(refit)
         if last is not None and not another:
             corrected = last.expansion_error is not None
-            error = last.expansion_error if corrected or nodes is None else self._one_draw_error(nodes, last)
+            measurable = (nodes is not None and nodes.numel() <= DENSE_VARIANCE_SIZE and last.noise is not None)
+            error = (last.expansion_error if corrected
+                     else self._one_draw_error(nodes, last) if measurable else None)
             if error is not None and error > BIAS_EXPANSION_LIMIT:
                 warnings.warn(f"the likelihood's bias correction is a second-order expansion in the GRF estimate's "
                               f"error, but where training ended that error is {error:.2g} of the covariance in its "
@@ -531,6 +534,7 @@ class GRFKernel(GraphNodeKernel):
         self.finish_training()
         self._pairing = (another and self.schedule.bias_correction
                          and self.gram_error_estimate <= self.schedule.predict_tolerance)
+        self._round_start = reported if self._pairing else None
         return another
 
     def estimate_prediction_error(self, evaluation: LikelihoodEvaluation) -> float | None:
@@ -605,18 +609,16 @@ class GRFKernel(GraphNodeKernel):
         spread = ((variances[0] + variances[1]) / 2).clamp_min(0).mean()
         return float(error / spread.clamp_min(torch.finfo(spread.dtype).tiny))
 
-    def _one_draw_error(self, nodes: Tensor, evaluation: LikelihoodEvaluation) -> float | None:
-        r"""The whitened error :math:`\|\mathbf L^{-1}\mathbf H\mathbf L^{-\top}\|_2` of the one draw training ended on.
+    def _one_draw_error(self, nodes: Tensor, evaluation: LikelihoodEvaluation) -> float:
+        r"""The whitened error :math:`\|\mathbf L^{-1}\mathbf H\mathbf L^{-\top}\|_2` of the kernel's draw at ``nodes``.
 
         :math:`\mathbf C = \mathbf L\mathbf L^\top = s\widehat{\mathbf K} + \operatorname{diag}(\sigma^2)`
-        is the covariance it trained on, and :math:`\mathbf H = s(\widehat{\mathbf K} -
+        is the covariance at the output scale and noise of ``evaluation`` (which must have a
+        diagonal noise), and :math:`\mathbf H = s(\widehat{\mathbf K} -
         \widehat{\mathbf K}_2)/\sqrt2` estimates its error from an independent draw (the
-        difference of two draws has twice the variance of one's error). ``None`` above
-        :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` training points (it needs
-        a dense factor) or without a diagonal noise.
+        difference of two draws has twice the variance of one's error). It factorises
+        :math:`\mathbf C` densely in float64: callers check that the factor fits.
         """
-        if evaluation.noise is None or nodes.numel() > DENSE_VARIANCE_SIZE:
-            return None
         pair = self._pair_draw(nodes)
         with torch.no_grad():
             modulation = self.kernel_family.modulation(pair.features.num_terms)
@@ -688,6 +690,8 @@ class GRFKernel(GraphNodeKernel):
         self._pairing = False
         #: Whether this round's paired evaluations factorise densely (decided at its first evaluation).
         self._pairs_densely: bool | None = None
+        #: The last report before this round (its output scale and noise), ``None`` outside rounds.
+        self._round_start: LikelihoodEvaluation | None = None
         self._difference: Tensor | None = None
         self._evaluation: LikelihoodEvaluation | None = None
         self._training_nodes: Tensor | None = None
@@ -697,14 +701,18 @@ class GRFKernel(GraphNodeKernel):
         r"""Whether the next training evaluation may be bias-corrected: a training round on the prediction walks.
 
         In such a round (:meth:`prepare_prediction`) a training evaluation is paired when a
-        dense factor of the training covariance fits in memory: up to gpytorch's
-        ``max_cholesky_size`` points, and above it as long as :func:`paired_factor_fits`
+        dense factor of the training covariance fits in memory and the correction matters: up
+        to gpytorch's ``max_cholesky_size`` points always, and above it where
+        :func:`paired_factor_fits` and one draw's whitened error, measured at the output scale
+        and noise where the round starts, exceeds the schedule's ``pairing_threshold``
         (decided once per round, at its first evaluation, once the second draw is made). The
         correction needs the dense factor, and it is what keeps the learnt output scale and
         range from the likelihood's second-order bias, which is largest on large training
         sets at high signal-to-noise ratios. So these rounds factorise densely even where
         CG/Lanczos would be cheaper (:meth:`dense_solves_pay`) and where the earlier phases
         solved by it: they are few, and they fix the hyperparameters the model ends with.
+        Where one draw's error is within the threshold, the bias (at most a quarter of its
+        square per point) is negligible and the round keeps that cheaper solver.
         ``WalkSchedule(bias_correction=False)`` keeps the rounds on one draw and on the
         solver ``max_cholesky_size`` chooses.
         """
@@ -743,7 +751,8 @@ class GRFKernel(GraphNodeKernel):
             # would mislead L-BFGS.
             rows = nodes.numel()
             self._pairs_densely = (rows <= gpytorch.settings.max_cholesky_size.value()
-                                   or paired_factor_fits(rows, gram.dtype.itemsize))
+                                   or (paired_factor_fits(rows, gram.dtype.itemsize)
+                                       and self._correction_matters(nodes)))
         if not self._pairs_densely:
             return None
         values = pair.steps.values(self.kernel_family.modulation(pair.features.num_terms))
@@ -751,6 +760,22 @@ class GRFKernel(GraphNodeKernel):
         other = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=pair.pattern)).to_dense()
         self._difference = own - other
         return DenseLinearOperator((own + other) / 2)
+
+    def _correction_matters(self, nodes: Tensor) -> bool:
+        """Whether one draw's whitened error where the round starts exceeds the schedule's ``pairing_threshold``.
+
+        Measured (:meth:`_one_draw_error`) at the output scale and noise of the last evaluation
+        before the round; ``True`` where there was none or its noise is not diagonal.
+        """
+        start = self._round_start
+        if start is None or start.noise is None or self.schedule.pairing_threshold == 0:
+            return True
+        error = self._one_draw_error(nodes, start)
+        matters = error > self.schedule.pairing_threshold
+        _LOG.info("training round on the prediction walks: one draw's whitened error %.3g, %s the pairing "
+                  "threshold %g: %s", error, "above" if matters else "within", self.schedule.pairing_threshold,
+                  "bias-corrected on a dense factor" if matters else "one draw, solved by CG/Lanczos")
+        return matters
 
     def _pair_draw(self, nodes: Tensor) -> _PairDraw:
         """The second draw at the training ``nodes`` and the held-out rows (made once per walks and inputs)."""

@@ -61,9 +61,12 @@ four times that of the error of :math:`\bar{\mathbf K}`
 (:class:`~gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`). The correction
 needs a dense factor of the training covariance, so these rounds factorise it densely
 also above gpytorch's ``max_cholesky_size``, where the earlier phases solved by CG/Lanczos,
-as long as it fits in memory
+as long as it fits in memory and the correction matters
 (:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.pairs_evaluations`): large training sets
-are where one draw's error weighs most. The second draw is
+are where one draw's error weighs most, but where one draw's whitened error (below) at the
+round's start is at most :attr:`WalkSchedule.pairing_threshold`, the bias it corrects, at most
+a quarter of that error's square per point, is negligible, and the round solves its one draw
+by CG/Lanczos at a fraction of the dense factor's cost. The second draw is
 dropped when training ends: the model predicts with the prediction walks.
 
 The expansion holds while the estimate's error is small against the covariance in every
@@ -122,11 +125,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_even_walkers, check_fraction, check_int
+from .._checks import check_even_walkers, check_fraction, check_int, check_nonnegative
 
 __all__ = ["BIAS_EXPANSION_LIMIT", "BiasCorrectionWarning", "DEFAULT_SCHEDULE", "EXPANSION_ITERATIONS",
            "GramToleranceWarning", "HELD_OUT_ROWS", "LikelihoodEvaluation", "MAX_PHASES", "MAX_PREDICT_WALKERS",
-           "MAX_TRAIN_WALKERS", "PREDICT_ERROR_TOLERANCE", "PREDICT_ERROR_WARNING_FACTOR", "PREDICT_GRAM_TOLERANCE",
+           "MAX_TRAIN_WALKERS", "PAIRING_THRESHOLD",
+           "PREDICT_ERROR_TOLERANCE", "PREDICT_ERROR_WARNING_FACTOR", "PREDICT_GRAM_TOLERANCE",
            "REFITS", "REFIT_TOLERANCE", "TRAIN_GRAM_TOLERANCE", "WALKER_STEP", "WalkSchedule", "hyperparameter_change",
            "warn_if_short", "whitened_norm"]
 
@@ -159,6 +163,12 @@ WALKER_STEP = 1.25
 REFITS = 2
 #: Relative change of a kernel-family hyperparameter that makes a training round on the prediction walks redraw them.
 REFIT_TOLERANCE = 0.05
+#: Smallest whitened error of one prediction draw, :math:`\|\mathbf C^{-1/2}\mathbf H\mathbf C^{-1/2}\|_2` with
+#: :math:`\mathbf H = s(\widehat{\mathbf K} - \mathbf K)`, measured when a training round on the prediction walks
+#: starts, at which the round pairs its draws on a dense factor above gpytorch's ``max_cholesky_size``
+#: (:attr:`WalkSchedule.pairing_threshold`): the likelihood's second-order bias per point is at most a
+#: quarter of its square.
+PAIRING_THRESHOLD = 0.1
 #: Largest whitened error of the estimate trained on, :math:`\|\mathbf C^{-1/2}\mathbf H\mathbf C^{-1/2}\|_2` with
 #: :math:`\mathbf H = s(\bar{\mathbf K} - \mathbf K)` (the mean of a bias-corrected round; one draw's
 #: :math:`s(\widehat{\mathbf K} - \mathbf K)` otherwise), at which training ends without a warning.
@@ -296,9 +306,15 @@ class WalkSchedule:
         add to the predictive mean at held-out rows, relative to the latent predictive
         variance there, when training ends on the prediction walks (module docstring);
         more walkers are drawn above it, unless ``predict_walkers`` is given.
+    :param pairing_threshold: Above gpytorch's ``max_cholesky_size``, a bias-corrected round
+        pairs its draws on a dense factor only where one draw's whitened error
+        :math:`\|\mathbf C^{-1/2}\mathbf H\mathbf C^{-1/2}\|_2`, measured when the round
+        starts, exceeds this (0 pairs wherever the factor fits in memory); below the threshold
+        the round trains on one draw by CG/Lanczos. Training sets up to ``max_cholesky_size``
+        points, which factorise densely anyway, are always paired.
     :raises TypeError: If a count is not an int or a tolerance not a number.
     :raises ValueError: If a walker count is odd or below 2, a tolerance is not in (0, 1),
-        a count is below 1 or ``refits`` is negative.
+        a count is below 1, ``refits`` is negative or ``pairing_threshold`` is negative or NaN.
     """
 
     train_tolerance: float = TRAIN_GRAM_TOLERANCE
@@ -313,6 +329,7 @@ class WalkSchedule:
     refit_tolerance: float = REFIT_TOLERANCE
     bias_correction: bool = True
     predict_error_tolerance: float = PREDICT_ERROR_TOLERANCE
+    pairing_threshold: float = PAIRING_THRESHOLD
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__
@@ -328,6 +345,7 @@ class WalkSchedule:
         set_field(self, "refit_tolerance", check_fraction("refit_tolerance", self.refit_tolerance))
         set_field(self, "predict_error_tolerance",
                   check_fraction("predict_error_tolerance", self.predict_error_tolerance))
+        set_field(self, "pairing_threshold", check_nonnegative("pairing_threshold", self.pairing_threshold))
         for name in ("predict", "bias_correction"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
