@@ -461,3 +461,32 @@ def test_training_on_one_draw_warns_where_that_draws_error_is_large(walkers: int
         assert error > BIAS_EXPANSION_LIMIT and len(warned) == 1 and "one draw" in str(warned[0].message)
     else:
         assert 0 < error < BIAS_EXPANSION_LIMIT and not warned
+
+
+def test_above_max_cholesky_size_a_round_within_the_pairing_threshold_trains_as_without_the_correction():
+    # Where one draw's whitened error when a round starts is within the pairing threshold, the
+    # round trains on that draw by CG/Lanczos, exactly as with bias_correction off; a threshold of
+    # 0 pairs it wherever the dense factor fits, as below max_cholesky_size.
+    base = {"max_train_walkers": 128, "predict_walkers": 2048, "sigma_fit_samples": 10}
+    learnt, reports = {}, {}
+    for name, schedule in (("within", WalkSchedule(**base, pairing_threshold=0.9)),
+                           ("uncorrected", WalkSchedule(**base, bias_correction=False)),
+                           ("always", WalkSchedule(**base, pairing_threshold=0.0))):
+        model = _model(schedule=schedule)
+        kernel = model.covar_module.base_kernel
+        paired = []
+        record = kernel.record_evaluation
+
+        def log(evaluation, record=record, paired=paired):
+            paired.append(evaluation.expansion_error is not None)
+            record(evaluation)
+
+        kernel.record_evaluation = log
+        with threads(1), grf_gp_settings(max_cholesky_size=0):
+            history = fit_gp(model, model.likelihood, iterations=100, optimizer="lbfgs", seed=0)
+        learnt[name] = (list(history), {key: float(value) for key, value in
+                                        kernel.kernel_family.hyperparameters().items()})
+        reports[name] = paired
+    assert learnt["within"] == learnt["uncorrected"]
+    assert not any(reports["within"]) and not any(reports["uncorrected"])
+    assert any(reports["always"]) and learnt["always"] != learnt["within"]
