@@ -217,7 +217,7 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
         result.update(predict_walkers=base.num_walkers, predict_p_halt=base.p_halt,
                       gram_error_estimate=base.gram_error_estimate,
                       prediction_error_estimate=base.prediction_error_estimate,
-                      bias_expansion_error=base.bias_expansion_error)
+                      bias_expansion_error=base.bias_expansion_error, bias_corrected=base.bias_corrected)
     result.update(_hyper(model, likelihood))
     result.update(test_rmse=rmse(mean, signal[test]),
                   test_nlpd=None if prediction is None else nlpd(mean, prediction.variance.double().numpy(),

@@ -530,7 +530,7 @@ class GRFKernel(GraphNodeKernel):
                               stacklevel=3)
             if self.schedule.predict_walkers is None and nodes is not None:
                 self._walkers_for_prediction_error(last, nodes)
-            self.bias_expansion_error = error
+            self.bias_expansion_error, self.bias_corrected = error, corrected
         self.finish_training()
         self._pairing = (another and self.schedule.bias_correction
                          and self.gram_error_estimate <= self.schedule.predict_tolerance)
@@ -817,6 +817,10 @@ class GRFKernel(GraphNodeKernel):
         #: bias-corrected round, else of the one draw (``None`` where not measured).
         #: Set when training ends on the prediction walks.
         self.bias_expansion_error: float | None = None
+        #: Whether the training round that training ended on was bias-corrected (paired draws on a
+        #: dense factor, :meth:`pairs_evaluations`) or trained on one draw (``None`` where training did
+        #: not end on the prediction walks). Set when training ends on the prediction walks.
+        self.bias_corrected: bool | None = None
         self.num_walkers: int = config["num_walkers"]
         self.p_halt: float = config["p_halt"]
         self.coupling: WalkLengthCoupling = config["coupling"]

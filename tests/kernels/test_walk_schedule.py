@@ -468,7 +468,7 @@ def test_above_max_cholesky_size_a_round_within_the_pairing_threshold_trains_as_
     # round trains on that draw by CG/Lanczos, exactly as with bias_correction off; a threshold of
     # 0 pairs it wherever the dense factor fits, as below max_cholesky_size.
     base = {"max_train_walkers": 128, "predict_walkers": 2048, "sigma_fit_samples": 10}
-    learnt, reports = {}, {}
+    learnt, reports, corrected = {}, {}, {}
     for name, schedule in (("within", WalkSchedule(**base, pairing_threshold=0.9)),
                            ("uncorrected", WalkSchedule(**base, bias_correction=False)),
                            ("always", WalkSchedule(**base, pairing_threshold=0.0))):
@@ -487,6 +487,8 @@ def test_above_max_cholesky_size_a_round_within_the_pairing_threshold_trains_as_
         learnt[name] = (list(history), {key: float(value) for key, value in
                                         kernel.kernel_family.hyperparameters().items()})
         reports[name] = paired
+        corrected[name] = kernel.bias_corrected
     assert learnt["within"] == learnt["uncorrected"]
     assert not any(reports["within"]) and not any(reports["uncorrected"])
     assert any(reports["always"]) and learnt["always"] != learnt["within"]
+    assert corrected == {"within": False, "uncorrected": False, "always": True}
