@@ -63,6 +63,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -108,7 +109,8 @@ def _hyper(model: Any, likelihood: Any) -> dict[str, float]:
             "noise": float(likelihood.noise.detach())}
 
 
-def _cpu_limited_log(trajectory: list[tuple[float, float]], cpu_limit: float | None) -> Any:
+def _cpu_limited_log(trajectory: list[tuple[float, float]],
+                     cpu_limit: float | None) -> Callable[[int, float], bool]:
     """A ``fit_gp`` callback that logs the loss against CPU time into ``trajectory`` and stops after ``cpu_limit``."""
     began = time.process_time()
 

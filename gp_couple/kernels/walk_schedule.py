@@ -314,7 +314,7 @@ class WalkSchedule:
         points, which factorise densely anyway, are always paired.
     :raises TypeError: If a count is not an int or a tolerance not a number.
     :raises ValueError: If a walker count is odd or below 2, a tolerance is not in (0, 1),
-        a count is below 1, ``refits`` is negative or ``pairing_threshold`` is negative or NaN.
+        a count is below 1, ``refits`` is negative or ``pairing_threshold`` is negative or not finite.
     """
 
     train_tolerance: float = TRAIN_GRAM_TOLERANCE
