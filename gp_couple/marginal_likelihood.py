@@ -71,7 +71,7 @@ import gpytorch
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from linear_operator import to_linear_operator
-from linear_operator.operators import AddedDiagLinearOperator, LinearOperator
+from linear_operator.operators import AddedDiagLinearOperator, ConstantMulLinearOperator, LinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
@@ -88,16 +88,24 @@ _PROBE_SEED = 0
 
 
 class _BiasCorrectedGaussian(torch.autograd.Function):
-    r"""Twice the corrected negative log-likelihood, less :math:`n\log 2\pi`.
+    r"""Twice the corrected negative log-likelihood, less :math:`n\log 2\pi`, from the covariance's parts.
 
-    That is :math:`\mathbf r^\top\mathbf C^{-1}\mathbf r + \log\det\mathbf C - \tfrac14 q + \tfrac18\hat t`, with
+    The covariance is :math:`\mathbf C = s\bar{\mathbf K} + \operatorname{diag}(\boldsymbol\sigma^2)`
+    and the perturbation :math:`\mathbf H = s\mathbf D`; the function takes
+    :math:`\bar{\mathbf K}`, :math:`s`, :math:`\boldsymbol\sigma^2` and :math:`\mathbf D`
+    and forms neither :math:`\mathbf H` nor a dense diagonal, and frees :math:`\mathbf C`
+    once factorised: an evaluation holds :math:`\bar{\mathbf K}`, :math:`\mathbf D`, the
+    factor and two gradients of :math:`n \times n` numbers at most
+    (:data:`~gp_couple.kernels.grf_kernel.PAIRED_DENSE_MATRICES` counts them with the walks).
+
+    The value is :math:`\mathbf r^\top\mathbf C^{-1}\mathbf r + \log\det\mathbf C - \tfrac14 q + \tfrac18\hat t`, with
     :math:`q = \boldsymbol\alpha^\top\mathbf H\mathbf C^{-1}\mathbf H\boldsymbol\alpha` and
     :math:`\hat t = \tfrac1p\sum_i \mathbf z_i^\top\mathbf C^{-1}\mathbf H\mathbf C^{-1}\mathbf H\mathbf z_i`
     (Hutchinson's estimate of :math:`\operatorname{tr}(\mathbf C^{-1}\mathbf H\mathbf C^{-1}\mathbf H)`).
-    Both depend on :math:`\mathbf C` only through :math:`\mathbf C^{-1}`, so the backward
-    is :meth:`_GaussianQuadraticAndLogdet.backward`'s :math:`\mathbf C^{-1} -
-    \boldsymbol\alpha\boldsymbol\alpha^\top` plus outer products of :math:`n \times p`
-    blocks: with :math:`\mathbf w = \mathbf C^{-1}\mathbf H\boldsymbol\alpha`,
+    Both depend on :math:`\mathbf C` only through :math:`\mathbf C^{-1}`, so the gradient
+    with respect to :math:`\mathbf C` is :meth:`_GaussianQuadraticAndLogdet.backward`'s
+    :math:`\mathbf C^{-1} - \boldsymbol\alpha\boldsymbol\alpha^\top` plus outer products
+    of :math:`n \times p` blocks: with :math:`\mathbf w = \mathbf C^{-1}\mathbf H\boldsymbol\alpha`,
     :math:`\mathbf v = \mathbf C^{-1}\mathbf H\mathbf w`, :math:`\mathbf B = \mathbf C^{-1}\mathbf Z`,
     :math:`\mathbf A = \mathbf C^{-1}\mathbf H\mathbf Z`,
     :math:`\mathbf P = \mathbf C^{-1}\mathbf H\mathbf A` and
@@ -112,47 +120,117 @@ class _BiasCorrectedGaussian(torch.autograd.Function):
         p\,\mathrm d\hat t = \operatorname{tr}\big(-\mathbf P\mathbf B^\top\mathrm d\mathbf C
         - \mathbf A\mathbf Q^\top\mathrm d\mathbf C + \mathbf A\mathbf B^\top\mathrm d\mathbf H
         + \mathbf Z\mathbf Q^\top\mathrm d\mathbf H\big).
+
+    The chain rule through :math:`\mathbf C = s\bar{\mathbf K} + \operatorname{diag}(\boldsymbol\sigma^2)`
+    and :math:`\mathbf H = s\mathbf D` then gives :math:`s\mathbf G_C` for :math:`\bar{\mathbf K}`,
+    :math:`\operatorname{diag}\mathbf G_C` for the noise, :math:`s\mathbf G_H` for :math:`\mathbf D` and
+    :math:`\langle\mathbf G_C, \bar{\mathbf K}\rangle + \langle\mathbf G_H, \mathbf D\rangle` for :math:`s`,
+    the last from :math:`n \times p` products (:math:`\mathbf G_H` is a sum of outer products).
     """
 
     @staticmethod
-    def forward(ctx: Any, covariance: Tensor, residual: Tensor, perturbation: Tensor,
+    def forward(ctx: Any, mean_gram: Tensor, scale: Tensor, noise: Tensor, difference: Tensor, residual: Tensor,
                 probes: Tensor) -> tuple[Tensor, Tensor]:
+        covariance = mean_gram * scale
+        covariance.diagonal().add_(noise)
         factor = psd_safe_cholesky(covariance)
+        del covariance
         alpha = torch.cholesky_solve(residual.unsqueeze(-1), factor)
-        moved = perturbation @ alpha
-        solved = torch.cholesky_solve(torch.cat([moved, probes, perturbation @ probes], dim=-1), factor)
+        moved = (difference @ alpha).mul_(scale)
+        solved = torch.cholesky_solve(torch.cat([moved, probes, (difference @ probes).mul_(scale)], dim=-1), factor)
         count = probes.shape[-1]
         w, b, a = solved[:, :1], solved[:, 1:1 + count], solved[:, 1 + count:]
-        ctx.save_for_backward(factor, alpha, w, b, a, perturbation, probes)
+        ctx.save_for_backward(mean_gram, scale, factor, alpha, w, b, a, difference, probes)
         quadratic = (residual.unsqueeze(-1) * alpha).sum()
         logdet = 2 * factor.diagonal().log().sum()
         second = (moved * w).sum()
-        trace = (b * (perturbation @ a)).sum() / count
-        whitened = whitened_norm(factor, perturbation, probes[:, :1])
+        trace = (b * (difference @ a)).sum() * scale / count
+        # The spectral norm of H = sD, s > 0.
+        whitened = whitened_norm(factor, difference, probes[:, :1]) * scale
         ctx.mark_non_differentiable(whitened)
         return quadratic + logdet - second / 4 + trace / 8, whitened
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, _: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
-        factor, alpha, w, b, a, perturbation, probes = ctx.saved_tensors
+    def backward(ctx: Any, grad: Tensor, _: Tensor) -> tuple[Tensor | None, ...]:
+        mean_gram, scale, factor, alpha, w, b, a, difference, probes = ctx.saved_tensors
         count = probes.shape[-1]
         # v, P, Q of the docstring in one solve.
-        again = torch.cholesky_solve(perturbation @ torch.cat([w, a, b], dim=-1), factor)
+        again = torch.cholesky_solve((difference @ torch.cat([w, a, b], dim=-1)).mul_(scale), factor)
         v, p_block, q_block = again[:, :1], again[:, 1:1 + count], again[:, 1 + count:]
-        grad_covariance = grad_perturbation = grad_residual = None
-        if ctx.needs_input_grad[0]:
+        grad_mean_gram = grad_scale = grad_noise = grad_difference = grad_residual = None
+        needs_mean_gram, needs_scale, needs_noise, needs_difference, needs_residual = ctx.needs_input_grad[:5]
+        if needs_mean_gram or needs_scale or needs_noise:
             left = torch.cat([alpha, w, p_block, a], dim=-1)
             right = torch.cat([v / 2 - alpha, w / 4, -b / (8 * count), -q_block / (8 * count)], dim=-1)
-            grad_covariance = torch.cholesky_inverse(factor).addmm_(left, right.mT)
-            grad_covariance = (grad_covariance + grad_covariance.mT).mul_(grad / 2)
-        if ctx.needs_input_grad[2]:
+            # G_C = (C^-1 + (left right^T + right left^T) / 2) grad: symmetric, from one product.
+            grad_covariance = torch.cholesky_inverse(factor).addmm_(
+                torch.cat([left, right], dim=-1), torch.cat([right, left], dim=-1).mT, alpha=0.5).mul_(grad)
+            if needs_noise:
+                grad_noise = grad_covariance.diagonal().clone()
+            if needs_scale:
+                grad_scale = _inner(grad_covariance, mean_gram)
+            if needs_mean_gram:
+                grad_mean_gram = grad_covariance.mul_(scale)
+            del grad_covariance
+        if needs_difference or needs_scale:
+            # G_H = (left right^T + right left^T) grad / 2.
             left = torch.cat([alpha, a, probes], dim=-1)
             right = torch.cat([-w / 2, b / (8 * count), q_block / (8 * count)], dim=-1)
-            grad_perturbation = left @ right.mT
-            grad_perturbation = (grad_perturbation + grad_perturbation.mT).mul_(grad / 2)
-        if ctx.needs_input_grad[1]:
+            if needs_scale:
+                moved = (left * (difference @ right)).sum() + (right * (difference @ left)).sum()
+                grad_scale = moved * grad / 2 + (0 if grad_scale is None else grad_scale)
+            if needs_difference:
+                grad_difference = (torch.cat([left, right], dim=-1) @ torch.cat([right, left], dim=-1).mT).mul_(
+                    scale * grad / 2)
+        if needs_residual:
             grad_residual = (2 * alpha - v / 2).squeeze(-1) * grad
-        return grad_covariance, grad_residual, grad_perturbation, None
+        return grad_mean_gram, grad_scale, grad_noise, grad_difference, grad_residual, None
+
+
+def _inner(symmetric: Tensor, other: Tensor) -> Tensor:
+    r""":math:`\langle\mathbf A, \mathbf B\rangle = \sum_{ij} A_{ij}B_{ij}` for a symmetric :math:`\mathbf A`,
+    without an :math:`n \times n` temporary (:math:`\mathbf A` is read in the memory order of
+    :math:`\mathbf B`: LAPACK's results are column-major)."""
+    if not symmetric.is_contiguous() and symmetric.mT.is_contiguous():
+        symmetric = symmetric.mT
+    return torch.vdot(symmetric.reshape(-1), other.reshape(-1))
+
+
+def _scaled_plus_diagonal(operator: LinearOperator) -> tuple[LinearOperator, Tensor | None, Tensor] | None:
+    r"""The parts :math:`(\mathbf K, s, \boldsymbol\sigma^2)` of a covariance
+    :math:`s\mathbf K + \operatorname{diag}(\boldsymbol\sigma^2)`.
+
+    That is the form of an exact GP's training covariance under a Gaussian likelihood,
+    optionally with a :class:`~gpytorch.kernels.ScaleKernel` (:math:`s` is ``None`` without
+    one); ``None`` for any other operator.
+    """
+    if not isinstance(operator, AddedDiagLinearOperator):
+        return None
+    rest, noise = operator._linear_op, operator._diag_tensor.diagonal()
+    if isinstance(rest, ConstantMulLinearOperator):
+        return rest.base_linear_op, rest.expanded_constant, noise
+    return rest, None, noise
+
+
+def _dense_covariance(operator: LinearOperator) -> Tensor:
+    r"""The training covariance as one new dense tensor.
+
+    :math:`s\mathbf K + \operatorname{diag}(\boldsymbol\sigma^2)` is formed as
+    :math:`s\mathbf K` with the noise added to its diagonal, where the operators' own
+    ``to_dense`` would also keep :math:`s\mathbf K` and a dense diagonal matrix in their
+    caches: up to two :math:`n \times n` matrices fewer while the factor is made.
+    """
+    parts = _scaled_plus_diagonal(operator)
+    if parts is None:
+        return operator.to_dense()
+    base, constant, noise = parts
+    # A new tensor either way (the operators may hand out their cached dense matrices).
+    covariance = base.to_dense().clone() if constant is None else base.to_dense() * constant
+    diagonal = covariance.diagonal(dim1=-2, dim2=-1)
+    if torch.broadcast_shapes(diagonal.shape, noise.shape) != diagonal.shape:
+        return operator.to_dense()
+    diagonal.add_(noise)
+    return covariance
 
 
 class _GaussianQuadraticAndLogdet(torch.autograd.Function):
@@ -237,21 +315,22 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
         if type(operator).inv_quad_logdet is not LinearOperator.inv_quad_logdet:
             # A solver of its own (low rank plus diagonal, Kronecker, ...): gpytorch's log density.
             result = output.log_prob(target)
-        elif paired is not None and target.ndim == 1:
+        elif paired is not None and target.ndim == 1 and (parts := self._paired_parts(operator)) is not None:
             kernel, scale, difference = paired
-            covariance = operator.to_dense()
+            mean_gram, constant, noise = parts
             residual = target - output.mean
-            terms, whitened = _BiasCorrectedGaussian.apply(covariance, residual, scale * difference,
-                                                           self._probes(num_data, covariance))
-            noise = operator._diag_tensor.diagonal() if isinstance(operator, AddedDiagLinearOperator) else None
+            noise = noise.expand(num_data)
+            terms, whitened = _BiasCorrectedGaussian.apply(
+                mean_gram.to_dense(), scale if constant is None else constant.reshape(()), noise, difference,
+                residual, self._probes(num_data, difference))
             # D's second moment is four times that of the mean estimate's error.
             kernel.record_evaluation(LikelihoodEvaluation(
                 expansion_error=float(whitened) / 2, outputscale=float(scale.detach()), residual=residual.detach(),
-                noise=None if noise is None else noise.detach().expand(num_data)))
+                noise=noise.detach()))
             result = -0.5 * (terms + num_data * math.log(2 * math.pi))
         else:
             self._report(function_dist, target, params)
-            covariance = operator.to_dense()
+            covariance = _dense_covariance(operator)
             residual = target - output.mean
             batch = torch.broadcast_shapes(covariance.shape[:-2], residual.shape[:-1])
             covariance = covariance.expand(*batch, *covariance.shape[-2:])
@@ -298,12 +377,24 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
             scale = self._scale_of(kernel)
             if scale is not None:
                 return kernel, scale.to(difference), difference
+        self._warn_uncorrected()
+        return None
+
+    def _paired_parts(self, operator: LinearOperator) -> tuple[LinearOperator, Tensor | None, Tensor] | None:
+        """The parts of a paired evaluation's covariance (:func:`_scaled_plus_diagonal`); warns once without them."""
+        parts = _scaled_plus_diagonal(operator)
+        if parts is not None and (parts[1] is None or parts[1].numel() == 1):
+            return parts
+        self._warn_uncorrected()
+        return None
+
+    def _warn_uncorrected(self) -> None:
         if not getattr(self, "_bias_warned", False):
             self._bias_warned = True
             warnings.warn("the GRF likelihood's bias correction needs a model whose covariance is one GRFKernel, "
-                          "optionally inside a ScaleKernel without batch dimensions; this model trains on the mean of "
-                          "two walk draws without it", BiasCorrectionWarning, stacklevel=2)
-        return None
+                          "optionally inside a ScaleKernel without batch dimensions, plus the diagonal noise of a "
+                          "Gaussian likelihood; this model trains on the mean of two walk draws without it",
+                          BiasCorrectionWarning, stacklevel=3)
 
     def _probes(self, size: int, like: Tensor) -> Tensor:
         """The fixed Rademacher probe vectors (``size`` x :data:`BIAS_PROBES`) of the trace."""

@@ -162,24 +162,33 @@ def _corrected_reference(covariance: torch.Tensor, residual: torch.Tensor, pertu
     return residual @ alpha + torch.logdet(covariance) - second / 4 + trace / (8 * probes.shape[-1])
 
 
-def test_the_bias_corrected_terms_take_their_gradient_in_closed_form():
+@pytest.mark.parametrize("scaled", [True, False], ids=["scale-kernel", "bare-kernel"])
+def test_the_bias_corrected_terms_take_their_gradient_in_closed_form(scaled: bool):
+    """Value and gradients from the covariance's parts s K + diag(noise) and the difference D (H = s D)."""
     generator = torch.Generator().manual_seed(0)
     n = 12
     root = torch.randn(n, n, generator=generator, dtype=torch.float64)
     error = 0.1 * torch.randn(n, n, generator=generator, dtype=torch.float64)
     probes = (2 * torch.randint(0, 2, (n, 5), generator=generator) - 1).double()
-    inputs = [(root @ root.T / n + 0.5 * torch.eye(n, dtype=torch.float64)).requires_grad_(),
-              torch.randn(n, generator=generator, dtype=torch.float64).requires_grad_(),
-              (error + error.T).requires_grad_()]
+    scale = torch.tensor(1.7 if scaled else 1.0, dtype=torch.float64).requires_grad_(scaled)
+    inputs = [(root @ root.T / n).requires_grad_(),
+              (0.3 + torch.rand(n, generator=generator, dtype=torch.float64)).requires_grad_(),
+              (error + error.T).requires_grad_(),
+              torch.randn(n, generator=generator, dtype=torch.float64).requires_grad_()]
+    differentiated = inputs + ([scale] if scaled else [])
 
     def symmetric(function):
-        # The covariance and the perturbation enter through their symmetric parts, as in a model.
-        return function((inputs[0] + inputs[0].T) / 2, inputs[1], (inputs[2] + inputs[2].T) / 2, probes)
+        # The Gram matrices enter through their symmetric parts, as in a model.
+        gram, noise, difference, residual = inputs
+        return function((gram + gram.T) / 2, noise, (difference + difference.T) / 2, residual)
 
-    value = symmetric(lambda *inputs: _BiasCorrectedGaussian.apply(*inputs)[0])
-    expected = symmetric(_corrected_reference)
+    value = symmetric(lambda gram, noise, difference, residual: _BiasCorrectedGaussian.apply(
+        gram, scale, noise, difference, residual, probes)[0])
+    expected = symmetric(lambda gram, noise, difference, residual: _corrected_reference(
+        scale * gram + torch.diag(noise), residual, scale * difference, probes))
     torch.testing.assert_close(value, expected, rtol=1e-12, atol=1e-12)
-    for gradient, expected_gradient in zip(torch.autograd.grad(value, inputs), torch.autograd.grad(expected, inputs)):
+    for gradient, expected_gradient in zip(torch.autograd.grad(value, differentiated),
+                                           torch.autograd.grad(expected, differentiated)):
         torch.testing.assert_close(gradient, expected_gradient, rtol=1e-10, atol=1e-12)
 
 
@@ -227,7 +236,9 @@ def test_the_correction_removes_the_likelihoods_second_order_bias():
         plain.append(float(targets @ torch.linalg.solve(mean + noise * identity, targets)
                            + torch.logdet(mean + noise * identity)) - linear - exact)
         probes = (2 * torch.randint(0, 2, (n, 8), generator=generator) - 1).double()
-        value = _BiasCorrectedGaussian.apply(mean + noise * identity, targets, first - second, probes)[0]
+        value = _BiasCorrectedGaussian.apply(mean, torch.ones((), dtype=torch.float64),
+                                             torch.full((n,), noise, dtype=torch.float64),
+                                             first - second, targets, probes)[0]
         corrected.append(float(value) - linear - exact)
     plain_bias, corrected_bias = np.mean(plain), np.mean(corrected)
     assert plain_bias > 8 * np.std(plain) / math.sqrt(draws)          # the bias the correction is for

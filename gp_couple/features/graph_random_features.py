@@ -37,6 +37,7 @@ from ..graphs import Graph
 from ..progress import progress
 from ..sparse_pattern import CSRPattern, sparse_csr
 from . import _walk_compiled as compiled
+from ._step_compiled import step_transpose_product
 from .walks import BYTES_PER_WALK_LENGTH, WalkSteps, expected_walk_entries, sample_walk_lengths
 
 __all__ = ["FEATURE_KEYS", "GraphRandomFeatures", "StepMatrix", "expected_feature_bytes", "gram_estimate",
@@ -300,8 +301,9 @@ def _check_range(index: torch.Tensor, num_nodes: int, name: str) -> None:
 class StepMatrix:
     r"""The step matrix :math:`\mathbf S` of some slots, with :math:`\mathrm{vec}(\Phi) = \mathbf S f`.
 
-    A torch CSR matrix (slots x :math:`T`); its transpose, which the backward pass
-    multiplies, is built on the first backward and kept. Each slot's value sums its
+    A torch CSR matrix (slots x :math:`T`). The backward pass multiplies its transpose: on
+    the CPU by a compiled pass over the entries (:mod:`._step_compiled`), elsewhere by the
+    transposed matrix, built on the first backward and kept. Each slot's value sums its
     entries in order, whatever other slots are computed with it.
 
     :param slot_pointer: Entry range of every slot (int64, ``(U + 1,)``).
@@ -324,16 +326,21 @@ class StepMatrix:
 
     @functools.cached_property
     def transpose(self) -> torch.Tensor:
-        r""":math:`\mathbf S^\top` as a torch CSR matrix (steps x slots)."""
-        shape = (self.num_terms, self.num_slots)
-        if self.matrix.device.type != "cpu":
-            columns = self.matrix.to_sparse_csc()
-            return sparse_csr(columns.ccol_indices(), columns.row_indices(), columns.values(), shape)
-        # scipy's CSR -> CSC conversion is one counting pass, O(E + T).
-        rows = sp.csr_matrix((self.matrix.values().numpy(), self.matrix.col_indices().numpy(),
-                              self.matrix.crow_indices().numpy()), shape=(self.num_slots, self.num_terms)).tocsc()
-        return sparse_csr(torch.from_numpy(rows.indptr).long(), torch.from_numpy(rows.indices).long(),
-                          torch.from_numpy(rows.data), shape)
+        r""":math:`\mathbf S^\top` as a torch CSR matrix (steps x slots): the product of other devices and
+        of double backward passes."""
+        columns = self.matrix.to_sparse_csc()
+        return sparse_csr(columns.ccol_indices(), columns.row_indices(), columns.values(),
+                          (self.num_terms, self.num_slots))
+
+    def transpose_product(self, grad: torch.Tensor) -> torch.Tensor:
+        r""":math:`\mathbf S^\top\mathbf g` for ``grad`` ``(*batch, slots)``: shape ``(*batch, T)``."""
+        if self.matrix.device.type != "cpu" or (grad.requires_grad and torch.is_grad_enabled()):
+            return _right_product(self.transpose, grad)
+        flat = grad.detach().reshape(-1, self.num_slots).to(self.matrix.dtype).contiguous()
+        out = torch.zeros(flat.shape[0], self.num_terms, dtype=self.matrix.dtype)
+        step_transpose_product(self.matrix.crow_indices().numpy(), self.matrix.col_indices().numpy(),
+                               self.matrix.values().numpy(), flat.numpy(), out.numpy())
+        return out.reshape(*grad.shape[:-1], self.num_terms)
 
     def values(self, modulation: torch.Tensor) -> torch.Tensor:
         r""":math:`\mathbf S f` for ``modulation`` ``(*batch, >= T)``: shape ``(*batch, slots)``."""
@@ -353,7 +360,7 @@ class _StepProduct(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
         if not ctx.needs_input_grad[0]:
             return None, None
-        return _right_product(ctx.steps.transpose, grad), None
+        return ctx.steps.transpose_product(grad), None
 
 
 def _right_product(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:

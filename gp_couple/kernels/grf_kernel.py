@@ -110,7 +110,7 @@ DENSE_SOLVE_QUADRATURE_NODES = 20
 #: Dense :math:`n \times n` matrices a bias-corrected training evaluation holds at its peak,
 #: value and gradient together, its walks' features included (:meth:`GRFKernel.pairs_evaluations`;
 #: ``benchmarks/bench_paired_memory.py``).
-PAIRED_DENSE_MATRICES = 13
+PAIRED_DENSE_MATRICES = 10
 #: Share of the memory available when a round starts that those matrices may take: the count is a
 #: measured peak, and the evaluation's memory is freed when it returns.
 PAIRED_MEMORY_FRACTION = 0.8
@@ -759,7 +759,8 @@ class GRFKernel(GraphNodeKernel):
         own = gram.to_dense()
         other = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=pair.pattern)).to_dense()
         self._difference = own - other
-        return DenseLinearOperator((own + other) / 2)
+        # In place on the new sum: one n x n matrix fewer while both are held.
+        return DenseLinearOperator((own + other).div_(2))
 
     def _correction_matters(self, nodes: Tensor) -> bool:
         """Whether one draw's whitened error where the round starts exceeds the schedule's ``pairing_threshold``.

@@ -87,6 +87,31 @@ def test_batched_modulation() -> None:
         torch.testing.assert_close(values[b], features.values(f[b]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("batch", [(), (3,), (2, 2)])
+def test_the_modulations_gradient_is_the_transposed_step_product(dtype: torch.dtype, batch: tuple[int, ...]) -> None:
+    """The compiled S^T g equals the dense transpose's product, for the whole matrix and for a slot subset."""
+    graph = grid_graph(6, 6)
+    features = GraphRandomFeatures.sample(graph, 8, 0.2, seed=3, dtype=dtype)
+    generator = torch.Generator().manual_seed(1)
+    subset = torch.sort(torch.randperm(features.nnz, generator=generator)[:40]).values
+    for steps in (features.step_matrix(), features.step_matrix(subset)):
+        grad = torch.randn(*batch, steps.num_slots, generator=generator, dtype=dtype)
+        expected = grad.double() @ steps.matrix.to_dense().double()
+        tolerance = 1e-12 if dtype == torch.float64 else 1e-4
+        torch.testing.assert_close(steps.transpose_product(grad).double(), expected, rtol=tolerance, atol=tolerance)
+        f = torch.rand(*batch, features.num_terms, generator=generator, dtype=dtype, requires_grad=True)
+        (gradient,) = torch.autograd.grad((steps.values(f) * grad).sum(), f)
+        torch.testing.assert_close(gradient.double(), expected, rtol=tolerance, atol=tolerance)
+
+
+def test_the_modulation_has_second_derivatives() -> None:
+    """A double backward pass (``create_graph``) differentiates the transposed product too."""
+    features = GraphRandomFeatures.sample(grid_graph(5, 5), 4, 0.3, seed=0, dtype=torch.float64)
+    f = torch.rand(features.num_terms, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda f: features.values(f).square(), (f,))
+
+
 def test_tensors_round_trip_and_dtypes() -> None:
     graph = grid_graph(4, 4)
     features = GraphRandomFeatures.sample(graph, 4, 0.3, seed=0, dtype=torch.float32)
