@@ -8,7 +8,7 @@ import gpytorch
 import numpy as np
 import pytest
 import torch
-from linear_operator.operators import LowRankRootAddedDiagLinearOperator
+from linear_operator.operators import DenseLinearOperator, LowRankRootAddedDiagLinearOperator
 
 from gp_couple._random import seeded_torch_rng
 from gp_couple.graphs import grid_graph
@@ -405,6 +405,31 @@ def test_a_covariance_that_is_not_a_scaled_grf_estimate_trains_on_the_mean_and_w
     with gpytorch.settings.max_cholesky_size(10_000), pytest.warns(BiasCorrectionWarning, match="ScaleKernel"):
         value = DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs), model.train_targets)
     assert torch.isfinite(value)
+
+
+class _DenseNoiseLikelihood(gpytorch.likelihoods.GaussianLikelihood):
+    """A Gaussian likelihood whose noise covariance is handed over as a dense matrix (not a diagonal operator)."""
+
+    def _shaped_noise_covar(self, base_shape: torch.Size, *params: object, **kwargs: object) -> object:
+        diagonal = super()._shaped_noise_covar(base_shape, *params, **kwargs)
+        return DenseLinearOperator(diagonal.to_dense())
+
+
+def test_a_paired_round_without_a_diagonal_noise_trains_on_the_mean_and_warns():
+    model, kernel = _paired_model()
+    likelihood = _DenseNoiseLikelihood().double()
+    likelihood.noise = model.likelihood.noise.detach()
+    model.likelihood = likelihood
+    x = model.train_inputs[0]
+    with gpytorch.settings.max_cholesky_size(10_000):
+        with pytest.warns(BiasCorrectionWarning, match="diagonal noise"):
+            value = DenseMarginalLogLikelihood(likelihood, model)(model(x), model.train_targets)
+        with torch.no_grad():
+            covariance = model.covar_module(x).to_dense() + likelihood.noise * torch.eye(x.shape[0],
+                                                                                         dtype=torch.float64)
+    expected = torch.distributions.MultivariateNormal(torch.zeros_like(model.train_targets),
+                                                      covariance).log_prob(model.train_targets) / x.shape[0]
+    torch.testing.assert_close(value.detach(), expected, rtol=1e-10, atol=1e-12)
 
 
 def test_a_paired_evaluation_reports_the_scale_residual_and_noise_to_its_kernel(monkeypatch: pytest.MonkeyPatch):
