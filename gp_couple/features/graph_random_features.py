@@ -37,7 +37,7 @@ from ..graphs import Graph
 from ..progress import progress
 from ..sparse_pattern import CSRPattern, sparse_csr
 from . import _walk_compiled as compiled
-from ._step_compiled import step_transpose_product
+from ._step_compiled import gather_slots, step_product, step_transpose_product
 from .walks import BYTES_PER_WALK_LENGTH, WalkSteps, expected_walk_entries, sample_walk_lengths
 
 __all__ = ["FEATURE_KEYS", "GraphRandomFeatures", "StepMatrix", "expected_feature_bytes", "gram_estimate",
@@ -201,13 +201,19 @@ class GraphRandomFeatures:
         counts = self.slot_pointer[slots + 1].long() - first
         pointer = torch.zeros(slots.numel() + 1, dtype=torch.int64, device=slots.device)
         torch.cumsum(counts, 0, out=pointer[1:])
-        entries = torch.arange(int(pointer[-1]), device=slots.device) - torch.repeat_interleave(
-            pointer[:-1] - first, counts, output_size=int(pointer[-1]))
-        return StepMatrix(pointer, self.steps[entries].long(), self.weights[entries], self.num_terms)
+        total = int(pointer[-1])
+        if self.steps.device.type == "cpu":
+            steps, weights = self.steps.new_empty(total), self.weights.new_empty(total)
+            gather_slots(self.slot_pointer.numpy(), self.steps.numpy(), self.weights.numpy(),
+                         slots.long().contiguous().numpy(), pointer.numpy(), steps.numpy(), weights.numpy())
+            return StepMatrix(pointer, steps, weights, self.num_terms)
+        entries = torch.arange(total, device=slots.device) - torch.repeat_interleave(
+            pointer[:-1] - first, counts, output_size=total)
+        return StepMatrix(pointer, self.steps[entries], self.weights[entries], self.num_terms)
 
     @functools.cached_property
     def _all_steps(self) -> StepMatrix:
-        return StepMatrix(self.slot_pointer.long(), self.steps.long(), self.weights, self.num_terms)
+        return StepMatrix(self.slot_pointer, self.steps, self.weights, self.num_terms)
 
     def feature_matrix(self, modulation: torch.Tensor) -> torch.Tensor:
         r""":math:`\Phi(f)` as a torch CSR tensor (rows x N); unbatched ``modulation`` only."""
@@ -301,50 +307,64 @@ def _check_range(index: torch.Tensor, num_nodes: int, name: str) -> None:
 class StepMatrix:
     r"""The step matrix :math:`\mathbf S` of some slots, with :math:`\mathrm{vec}(\Phi) = \mathbf S f`.
 
-    A torch CSR matrix (slots x :math:`T`). The backward pass multiplies its transpose: on
-    the CPU by a compiled pass over the entries (:mod:`._step_compiled`), elsewhere by the
-    transposed matrix, built on the first backward and kept. Each slot's value sums its
+    Held as its CSR parts, in the features' own index types. On the CPU both products,
+    :math:`\mathbf S f` and the backward pass's :math:`\mathbf S^\top\mathbf g`, are compiled
+    passes over the entries (:mod:`._step_compiled`) that need no other copy. Elsewhere,
+    and for double backward passes, they are torch's sparse products, with the torch CSR
+    matrix and its transpose built on first use and kept. Each slot's value sums its
     entries in order, whatever other slots are computed with it.
 
-    :param slot_pointer: Entry range of every slot (int64, ``(U + 1,)``).
-    :param steps: Step of every entry (int64, ``(E,)``).
+    :param slot_pointer: Entry range of every slot (``(U + 1,)``, any integer type).
+    :param steps: Step of every entry (``(E,)``, any integer type).
     :param weights: Weight of every entry (``(E,)``).
     :param num_terms: :math:`T`.
     """
 
     def __init__(self, slot_pointer: torch.Tensor, steps: torch.Tensor, weights: torch.Tensor,
                  num_terms: int) -> None:
+        self.slot_pointer, self.steps, self.weights = slot_pointer, steps, weights
         self.num_slots = slot_pointer.numel() - 1
         self.num_terms = int(num_terms)
-        self.matrix = sparse_csr(slot_pointer, steps, weights, (self.num_slots, self.num_terms))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> StepMatrix:
-        # torch cannot deep-copy sparse CSR tensors: copy their parts (the transpose is rebuilt on use).
-        matrix = self.matrix
-        copied = deepcopy((matrix.crow_indices(), matrix.col_indices(), matrix.values()), memo)
-        return StepMatrix(*copied, self.num_terms)
+        # The parts only: the torch matrices are rebuilt on use (torch cannot deep-copy sparse CSR tensors).
+        return StepMatrix(*deepcopy((self.slot_pointer, self.steps, self.weights), memo), self.num_terms)
+
+    @functools.cached_property
+    def matrix(self) -> torch.Tensor:
+        r""":math:`\mathbf S` as a torch CSR matrix (slots x steps, int64 indices)."""
+        return sparse_csr(self.slot_pointer.long(), self.steps.long(), self.weights,
+                          (self.num_slots, self.num_terms))
 
     @functools.cached_property
     def transpose(self) -> torch.Tensor:
-        r""":math:`\mathbf S^\top` as a torch CSR matrix (steps x slots): the product of other devices and
-        of double backward passes."""
+        r""":math:`\mathbf S^\top` as a torch CSR matrix (steps x slots)."""
         columns = self.matrix.to_sparse_csc()
         return sparse_csr(columns.ccol_indices(), columns.row_indices(), columns.values(),
                           (self.num_terms, self.num_slots))
 
+    def product(self, f: torch.Tensor) -> torch.Tensor:
+        r""":math:`\mathbf S f` for ``f`` ``(*batch, T)`` in the weights' dtype: shape ``(*batch, slots)``."""
+        if self.weights.device.type != "cpu":
+            return _right_product(self.matrix, f)
+        flat = f.detach().reshape(-1, self.num_terms).contiguous()
+        out = torch.zeros(flat.shape[0], self.num_slots, dtype=self.weights.dtype)
+        step_product(self.slot_pointer.numpy(), self.steps.numpy(), self.weights.numpy(), flat.numpy(), out.numpy())
+        return out.reshape(*f.shape[:-1], self.num_slots)
+
     def transpose_product(self, grad: torch.Tensor) -> torch.Tensor:
         r""":math:`\mathbf S^\top\mathbf g` for ``grad`` ``(*batch, slots)``: shape ``(*batch, T)``."""
-        if self.matrix.device.type != "cpu" or (grad.requires_grad and torch.is_grad_enabled()):
+        if self.weights.device.type != "cpu" or (grad.requires_grad and torch.is_grad_enabled()):
             return _right_product(self.transpose, grad)
-        flat = grad.detach().reshape(-1, self.num_slots).to(self.matrix.dtype).contiguous()
-        out = torch.zeros(flat.shape[0], self.num_terms, dtype=self.matrix.dtype)
-        step_transpose_product(self.matrix.crow_indices().numpy(), self.matrix.col_indices().numpy(),
-                               self.matrix.values().numpy(), flat.numpy(), out.numpy())
+        flat = grad.detach().reshape(-1, self.num_slots).to(self.weights.dtype).contiguous()
+        out = torch.zeros(flat.shape[0], self.num_terms, dtype=self.weights.dtype)
+        step_transpose_product(self.slot_pointer.numpy(), self.steps.numpy(), self.weights.numpy(), flat.numpy(),
+                               out.numpy())
         return out.reshape(*grad.shape[:-1], self.num_terms)
 
     def values(self, modulation: torch.Tensor) -> torch.Tensor:
-        r""":math:`\mathbf S f` for ``modulation`` ``(*batch, >= T)``: shape ``(*batch, slots)``."""
-        f = modulation[..., : self.num_terms].to(self.matrix.dtype)
+        r""":math:`\mathbf S f` for ``modulation`` ``(*batch, >= T)``: shape ``(*batch, slots)``, differentiable."""
+        f = modulation[..., : self.num_terms].to(self.weights.dtype)
         return _StepProduct.apply(f, self)
 
 
@@ -354,7 +374,7 @@ class _StepProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, f: torch.Tensor, steps: StepMatrix) -> torch.Tensor:
         ctx.steps = steps
-        return _right_product(steps.matrix, f)
+        return steps.product(f)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
@@ -394,11 +414,13 @@ def gram_estimate(features: GraphRandomFeatures, modulation: Any,
 
 
 #: Bytes a coalesced ``(row, column, step)`` entry costs while a GP trains on the features: its step
-#: and weight, the step matrix :math:`\mathbf S` and its transpose, and the product's temporaries.
-TRAINING_BYTES_PER_ENTRY = 40
+#: and weight, and their copy in the step matrix of the training rows, in float64 (the products of
+#: the step matrix make no copy on the CPU, :class:`StepMatrix`).
+TRAINING_BYTES_PER_ENTRY = 24
 #: Bytes a ``(row, column)`` slot of :math:`\Phi` costs while a GP trains on the features: its
-#: column and entry pointer, the pattern's derived index arrays, feature values and their gradients.
-TRAINING_BYTES_PER_SLOT = 64
+#: column and entry pointer, the pattern's derived index arrays, feature values and their gradients
+#: (measured, ``benchmarks/bench_feature_memory.py``).
+TRAINING_BYTES_PER_SLOT = 128
 #: Rows whose walks :func:`expected_feature_bytes` samples.
 PILOT_ROWS = 64
 

@@ -89,19 +89,23 @@ def test_batched_modulation() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("batch", [(), (3,), (2, 2)])
-def test_the_modulations_gradient_is_the_transposed_step_product(dtype: torch.dtype, batch: tuple[int, ...]) -> None:
-    """The compiled S^T g equals the dense transpose's product, for the whole matrix and for a slot subset."""
+def test_the_step_products_equal_the_dense_step_matrixs(dtype: torch.dtype, batch: tuple[int, ...]) -> None:
+    """The compiled S f and S^T g (the modulation's gradient) equal the dense matrix's products, for the
+    whole matrix (the features' own int32 index arrays) and for a slot subset."""
     graph = grid_graph(6, 6)
     features = GraphRandomFeatures.sample(graph, 8, 0.2, seed=3, dtype=dtype)
     generator = torch.Generator().manual_seed(1)
     subset = torch.sort(torch.randperm(features.nnz, generator=generator)[:40]).values
     for steps in (features.step_matrix(), features.step_matrix(subset)):
-        grad = torch.randn(*batch, steps.num_slots, generator=generator, dtype=dtype)
-        expected = grad.double() @ steps.matrix.to_dense().double()
+        dense = steps.matrix.to_dense().double()
         tolerance = 1e-12 if dtype == torch.float64 else 1e-4
-        torch.testing.assert_close(steps.transpose_product(grad).double(), expected, rtol=tolerance, atol=tolerance)
         f = torch.rand(*batch, features.num_terms, generator=generator, dtype=dtype, requires_grad=True)
-        (gradient,) = torch.autograd.grad((steps.values(f) * grad).sum(), f)
+        values = steps.values(f)
+        torch.testing.assert_close(values.double(), f.double() @ dense.T, rtol=tolerance, atol=tolerance)
+        grad = torch.randn(*batch, steps.num_slots, generator=generator, dtype=dtype)
+        expected = grad.double() @ dense
+        torch.testing.assert_close(steps.transpose_product(grad).double(), expected, rtol=tolerance, atol=tolerance)
+        (gradient,) = torch.autograd.grad((values * grad).sum(), f)
         torch.testing.assert_close(gradient.double(), expected, rtol=tolerance, atol=tolerance)
 
 
