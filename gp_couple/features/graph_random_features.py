@@ -421,6 +421,10 @@ TRAINING_BYTES_PER_ENTRY = 24
 #: column and entry pointer, the pattern's derived index arrays, feature values and their gradients
 #: (measured, ``benchmarks/bench_feature_memory.py``).
 TRAINING_BYTES_PER_SLOT = 128
+#: Bytes a GP's training on walks holds whatever their number (the sampler's chunk buffers, the
+#: allocators' pools): the intercept of ``benchmarks/bench_feature_memory.py``'s rows, 0.4 GB in
+#: float32 and 0.9 GB in float64, rounded up. :func:`walkers_within_memory` sets it aside.
+TRAINING_FIXED_BYTES = 10**9
 #: Rows whose walks :func:`expected_feature_bytes` samples.
 PILOT_ROWS = 64
 
@@ -484,7 +488,8 @@ def walkers_within_memory(graph: Graph, start_nodes: np.ndarray, p_halt: float,
                           seed: SeedLike = 0) -> int | None:
     """The most walkers per node, even and at most ``upto``, whose features a GP can train on in ``fraction`` of memory.
 
-    The memory is :func:`expected_feature_bytes`'s estimate. Where even the raw walk steps
+    The memory is :func:`expected_feature_bytes`'s estimate, within ``fraction`` of the
+    machine's memory less :data:`TRAINING_FIXED_BYTES`. Where even the raw walk steps
     fit (an upper bound of the coalesced entries and slots), no walks are sampled;
     otherwise the count is found by bisection on sampled estimates, to within 1/32.
 
@@ -508,7 +513,7 @@ def walkers_within_memory(graph: Graph, start_nodes: np.ndarray, p_halt: float,
     rows = int(np.asarray(start_nodes).size)
     if available is None or rows == 0:
         return None
-    budget = fraction * available
+    budget = max(fraction * available - TRAINING_FIXED_BYTES, 0.0)
     raw_bound = (expected_walk_entries(rows, upto, p_halt, max_length) * (TRAINING_BYTES_PER_ENTRY
                                                                          + TRAINING_BYTES_PER_SLOT)
                  + float(rows) * upto * BYTES_PER_WALK_LENGTH)

@@ -212,11 +212,13 @@ def test_walker_counts_stay_within_half_the_memory_and_say_so(monkeypatch: pytes
         return features_module.expected_feature_bytes(graph, walkers, 0.2, kernel.coupling, start_nodes=rows,
                                                       **options)
 
-    # A machine whose half-memory holds the features of 12 walkers from each of the 100 nodes.
-    memory = 2 * (training_bytes(12) + training_bytes(14)) / 2
+    # A machine whose half-memory, less what training holds whatever the walks, holds the features of
+    # 12 walkers from each of the 100 nodes.
+    fixed = features_module.TRAINING_FIXED_BYTES
+    memory = 2 * ((training_bytes(12) + training_bytes(14)) / 2 + fixed)
     monkeypatch.setattr(features_module, "physical_memory", lambda: int(memory))
     cap = features_module.walkers_within_memory(graph, rows, 0.2, kernel.coupling, upto=4096, **options)
-    assert cap == 12 and training_bytes(12) <= memory / 2 < training_bytes(14)
+    assert cap == 12 and training_bytes(12) <= memory / 2 - fixed < training_bytes(14)
     with pytest.warns(GramToleranceWarning, match="half this machine's memory"):
         walkers, error = kernel.walkers_for(1e-4, start=4, max_walkers=4096)
     assert walkers == 12 and error > 1e-4
