@@ -221,15 +221,13 @@ def _dense_covariance(operator: LinearOperator) -> Tensor:
     caches: up to two :math:`n \times n` matrices fewer while the factor is made.
     """
     parts = _scaled_plus_diagonal(operator)
-    if parts is None:
+    # The noise must fit the diagonal in place: a batch of its own goes through the operators.
+    if parts is None or torch.broadcast_shapes(operator.shape[:-1], parts[2].shape) != operator.shape[:-1]:
         return operator.to_dense()
     base, constant, noise = parts
     # A new tensor either way (the operators may hand out their cached dense matrices).
     covariance = base.to_dense().clone() if constant is None else base.to_dense() * constant
-    diagonal = covariance.diagonal(dim1=-2, dim2=-1)
-    if torch.broadcast_shapes(diagonal.shape, noise.shape) != diagonal.shape:
-        return operator.to_dense()
-    diagonal.add_(noise)
+    covariance.diagonal(dim1=-2, dim2=-1).add_(noise)
     return covariance
 
 

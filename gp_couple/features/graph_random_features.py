@@ -343,8 +343,9 @@ class StepMatrix:
         return sparse_csr(columns.ccol_indices(), columns.row_indices(), columns.values(),
                           (self.num_terms, self.num_slots))
 
-    def product(self, f: torch.Tensor) -> torch.Tensor:
-        r""":math:`\mathbf S f` for ``f`` ``(*batch, T)`` in the weights' dtype: shape ``(*batch, slots)``."""
+    def _product(self, f: torch.Tensor) -> torch.Tensor:
+        r""":math:`\mathbf S f` for ``f`` ``(*batch, T)`` in the weights' dtype: shape ``(*batch, slots)`` (the
+        forward of :meth:`values`)."""
         if self.weights.device.type != "cpu":
             return _right_product(self.matrix, f)
         flat = f.detach().reshape(-1, self.num_terms).contiguous()
@@ -352,8 +353,9 @@ class StepMatrix:
         step_product(self.slot_pointer.numpy(), self.steps.numpy(), self.weights.numpy(), flat.numpy(), out.numpy())
         return out.reshape(*f.shape[:-1], self.num_slots)
 
-    def transpose_product(self, grad: torch.Tensor) -> torch.Tensor:
-        r""":math:`\mathbf S^\top\mathbf g` for ``grad`` ``(*batch, slots)``: shape ``(*batch, T)``."""
+    def _transpose_product(self, grad: torch.Tensor) -> torch.Tensor:
+        r""":math:`\mathbf S^\top\mathbf g` for ``grad`` ``(*batch, slots)``: shape ``(*batch, T)`` (the backward
+        of :meth:`values`)."""
         if self.weights.device.type != "cpu" or (grad.requires_grad and torch.is_grad_enabled()):
             return _right_product(self.transpose, grad)
         flat = grad.detach().reshape(-1, self.num_slots).to(self.weights.dtype).contiguous()
@@ -374,13 +376,13 @@ class _StepProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, f: torch.Tensor, steps: StepMatrix) -> torch.Tensor:
         ctx.steps = steps
-        return steps.product(f)
+        return steps._product(f)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
         if not ctx.needs_input_grad[0]:
             return None, None
-        return ctx.steps.transpose_product(grad), None
+        return ctx.steps._transpose_product(grad), None
 
 
 def _right_product(matrix: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
@@ -422,8 +424,8 @@ TRAINING_BYTES_PER_ENTRY = 24
 #: (measured, ``benchmarks/bench_feature_memory.py``).
 TRAINING_BYTES_PER_SLOT = 128
 #: Bytes a GP's training on walks holds whatever their number (the sampler's chunk buffers, the
-#: allocators' pools): the intercept of ``benchmarks/bench_feature_memory.py``'s rows, 0.4 GB in
-#: float32 and 0.9 GB in float64, rounded up. :func:`walkers_within_memory` sets it aside.
+#: allocators' pools): the intercept of ``benchmarks/bench_feature_memory.py``'s rows, rounded up.
+#: :func:`walkers_within_memory` sets it aside.
 TRAINING_FIXED_BYTES = 10**9
 #: Rows whose walks :func:`expected_feature_bytes` samples.
 PILOT_ROWS = 64
