@@ -71,12 +71,13 @@ import gpytorch
 import torch
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from linear_operator import to_linear_operator
-from linear_operator.operators import AddedDiagLinearOperator, ConstantMulLinearOperator, LinearOperator
+from linear_operator.operators import LinearOperator
 from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from .kernels.graph_node import GraphNodeKernel, graph_kernels
 from .kernels.walk_schedule import BiasCorrectionWarning, LikelihoodEvaluation, whitened_norm
+from .operators.training_covariance import dense_covariance, scaled_plus_diagonal
 
 __all__ = ["BIAS_PROBES", "DenseMarginalLogLikelihood"]
 
@@ -196,41 +197,6 @@ def _inner(symmetric: Tensor, other: Tensor) -> Tensor:
     return torch.vdot(symmetric.reshape(-1), other.reshape(-1))
 
 
-def _scaled_plus_diagonal(operator: LinearOperator) -> tuple[LinearOperator, Tensor | None, Tensor] | None:
-    r"""The parts :math:`(\mathbf K, s, \boldsymbol\sigma^2)` of a covariance
-    :math:`s\mathbf K + \operatorname{diag}(\boldsymbol\sigma^2)`.
-
-    That is the form of an exact GP's training covariance under a Gaussian likelihood,
-    optionally with a :class:`~gpytorch.kernels.ScaleKernel` (:math:`s` is ``None`` without
-    one); ``None`` for any other operator.
-    """
-    if not isinstance(operator, AddedDiagLinearOperator):
-        return None
-    rest, noise = operator._linear_op, operator._diag_tensor.diagonal()
-    if isinstance(rest, ConstantMulLinearOperator):
-        return rest.base_linear_op, rest.expanded_constant, noise
-    return rest, None, noise
-
-
-def _dense_covariance(operator: LinearOperator) -> Tensor:
-    r"""The training covariance as one new dense tensor.
-
-    :math:`s\mathbf K + \operatorname{diag}(\boldsymbol\sigma^2)` is formed as
-    :math:`s\mathbf K` with the noise added to its diagonal, where the operators' own
-    ``to_dense`` would also keep :math:`s\mathbf K` and a dense diagonal matrix in their
-    caches: up to two :math:`n \times n` matrices fewer while the factor is made.
-    """
-    parts = _scaled_plus_diagonal(operator)
-    # The noise must fit the diagonal in place: a batch of its own goes through the operators.
-    if parts is None or torch.broadcast_shapes(operator.shape[:-1], parts[2].shape) != operator.shape[:-1]:
-        return operator.to_dense()
-    base, constant, noise = parts
-    # A new tensor either way (the operators may hand out their cached dense matrices).
-    covariance = base.to_dense().clone() if constant is None else base.to_dense() * constant
-    covariance.diagonal(dim1=-2, dim2=-1).add_(noise)
-    return covariance
-
-
 class _GaussianQuadraticAndLogdet(torch.autograd.Function):
     r""":math:`(\mathbf r^\top\mathbf C^{-1}\mathbf r, \log\det\mathbf C)` of a dense covariance, batched.
 
@@ -328,7 +294,7 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
             result = -0.5 * (terms + num_data * math.log(2 * math.pi))
         else:
             self._report(function_dist, target, params)
-            covariance = _dense_covariance(operator)
+            covariance = dense_covariance(operator)
             residual = target - output.mean
             batch = torch.broadcast_shapes(covariance.shape[:-2], residual.shape[:-1])
             covariance = covariance.expand(*batch, *covariance.shape[-2:])
@@ -379,8 +345,8 @@ class DenseMarginalLogLikelihood(gpytorch.mlls.ExactMarginalLogLikelihood):
         return None
 
     def _paired_parts(self, operator: LinearOperator) -> tuple[LinearOperator, Tensor | None, Tensor] | None:
-        """The parts of a paired evaluation's covariance (:func:`_scaled_plus_diagonal`); warns once without them."""
-        parts = _scaled_plus_diagonal(operator)
+        """The parts of a paired evaluation's covariance (:func:`.scaled_plus_diagonal`); warns once without them."""
+        parts = scaled_plus_diagonal(operator)
         if parts is not None and (parts[1] is None or parts[1].numel() == 1):
             return parts
         self._warn_uncorrected()

@@ -74,6 +74,7 @@ from torch import Tensor
 from ._checks import check_fraction
 from .devices import physical_memory
 from .operators.grf_gram import GRFGramLinearOperator
+from .operators.training_covariance import dense_covariance
 from .sparse_factor import SparseFactor, factor_bytes_bound
 
 __all__ = ["DENSE_VARIANCE_SIZE", "KRYLOV_MEMORY_FRACTION", "VARIANCE_METHODS", "VarianceEstimate",
@@ -190,14 +191,15 @@ def _krylov_rank_limit(size: int, num_test: int) -> int:
 def _dense_moments(train_covariance: LinearOperator, cross: LinearOperator, prior_diagonal: Tensor,
                    residual: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """Exact variances (and mean corrections) by a float64 Cholesky factor of the (unbatched) training covariance."""
-    factor = torch.linalg.cholesky(train_covariance.to_dense().double())
+    factor = dense_covariance(train_covariance, torch.float64)
+    torch.linalg.cholesky(factor, out=factor)  # in place: one n x n float64 matrix
     weights = None if residual is None else torch.cholesky_solve(residual.double().unsqueeze(-1), factor)
     variance = prior_diagonal.double().clone()
     shift = None if residual is None else variance.new_empty(variance.shape)
     for start in range(0, cross.shape[-2], _TEST_CHUNK):
         rows = cross[start:start + _TEST_CHUNK, :].to_dense().double()
         solved = torch.linalg.solve_triangular(factor, rows.mT, upper=False)
-        variance[start:start + _TEST_CHUNK] -= solved.square().sum(0)
+        variance[start:start + _TEST_CHUNK] -= solved.square_().sum(0)
         if shift is not None:
             shift[start:start + _TEST_CHUNK] = (rows @ weights).squeeze(-1)
     return variance, shift

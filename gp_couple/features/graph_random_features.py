@@ -41,7 +41,7 @@ from ._step_compiled import gather_slots, step_product, step_transpose_product
 from .walks import BYTES_PER_WALK_LENGTH, WalkSteps, expected_walk_entries, sample_walk_lengths
 
 __all__ = ["FEATURE_KEYS", "GraphRandomFeatures", "StepMatrix", "expected_feature_bytes", "gram_estimate",
-           "walkers_within_memory"]
+           "training_bytes_per_entry", "walkers_within_memory"]
 
 #: Names of the tensors that define :class:`GraphRandomFeatures` (:meth:`~GraphRandomFeatures.tensors`),
 #: in their order; kernels store them as buffers ``features_<name>``.
@@ -415,14 +415,15 @@ def gram_estimate(features: GraphRandomFeatures, modulation: Any,
     return ((cross + cross.T) * 0.5).tocsr()
 
 
-#: Bytes a coalesced ``(row, column, step)`` entry costs while a GP trains on the features: its step
-#: and weight, and their copy in the step matrix of the training rows, in float64 (the products of
-#: the step matrix make no copy on the CPU, :class:`StepMatrix`).
-TRAINING_BYTES_PER_ENTRY = 24
-#: Bytes a ``(row, column)`` slot of :math:`\Phi` costs while a GP trains on the features: its
-#: column and entry pointer, the pattern's derived index arrays, feature values and their gradients
-#: (measured, ``benchmarks/bench_feature_memory.py``).
-TRAINING_BYTES_PER_SLOT = 128
+#: Copies of a coalesced ``(row, column, step)`` entry's step and weight that a GP holds while it trains
+#: on the features: their own, and their copy in the step matrix of the training rows (the products
+#: of the step matrix make no other copy on the CPU, :class:`StepMatrix`). Predicting from them holds
+#: no more (``benchmarks/bench_feature_memory.py --use predict``).
+TRAINING_ENTRY_COPIES = 2
+#: Bytes a ``(row, column)`` slot of :math:`\Phi` costs while a GP trains on the features, or predicts
+#: from them: its column and entry pointer, the patterns' derived index arrays, feature values and
+#: their gradients (measured, ``benchmarks/bench_feature_memory.py``).
+TRAINING_BYTES_PER_SLOT = 80
 #: Bytes a GP's training on walks holds whatever their number (the sampler's chunk buffers, the
 #: allocators' pools): the intercept of ``benchmarks/bench_feature_memory.py``'s rows, rounded up.
 #: :func:`walkers_within_memory` sets it aside.
@@ -431,11 +432,29 @@ TRAINING_FIXED_BYTES = 10**9
 PILOT_ROWS = 64
 
 
+def training_bytes_per_entry(dtype: torch.dtype | None = None, raw_entries: float = 0.0) -> int:
+    """Bytes a coalesced entry costs while a GP trains on features whose weights are ``dtype``.
+
+    :data:`TRAINING_ENTRY_COPIES` of its step (int32, or int64 where the raw walk steps
+    outnumber int32, as the sampler stores them) and its weight.
+
+    :param dtype: Floating dtype of the weights (default: torch's default dtype).
+    :param raw_entries: The raw walk steps sampled at once.
+    :raises TypeError: If ``dtype`` is not a floating torch dtype.
+    """
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch dtype, got {dtype}")
+    index_bytes = 4 if raw_entries < np.iinfo(np.int32).max else 8
+    weight_bytes = torch.finfo(dtype).bits // 8
+    return TRAINING_ENTRY_COPIES * (index_bytes + weight_bytes)
+
+
 def expected_feature_bytes(graph: Graph, num_walkers: int, p_halt: float,
                            coupling: WalkLengthCoupling | str = IIDWalkLengthCoupling(), *, start_nodes: np.ndarray,
                            max_length: int | None = None, proposal: NeighbourProposal | str | None = None,
                            directions: DirectionCoupling | str | None = None, pilot_rows: int = PILOT_ROWS,
-                           seed: SeedLike = 0) -> float:
+                           seed: SeedLike = 0, dtype: torch.dtype | None = None) -> float:
     r"""Memory a GP needs to train on the features of ``start_nodes``, estimated from a sample of them.
 
     The coalesced entries of a row, its distinct ``(column, step)`` pairs, have no closed
@@ -449,8 +468,8 @@ def expected_feature_bytes(graph: Graph, num_walkers: int, p_halt: float,
 
         R\,\bigl(\bar e\,b_\mathrm{entry} + \bar u\,b_\mathrm{slot}\bigr) + R\,m\,b_\mathrm{length},
 
-    with :data:`TRAINING_BYTES_PER_ENTRY`, :data:`TRAINING_BYTES_PER_SLOT` and the walk
-    lengths' table.
+    with :func:`training_bytes_per_entry` in the weights' ``dtype``,
+    :data:`TRAINING_BYTES_PER_SLOT` and the walk lengths' table.
 
     :param graph: The graph.
     :param num_walkers: Walkers per node.
@@ -462,6 +481,7 @@ def expected_feature_bytes(graph: Graph, num_walkers: int, p_halt: float,
     :param directions: Direction coupling.
     :param pilot_rows: Rows sampled, at least 1 (all of them when there are fewer).
     :param seed: Seed of the sample of rows and of their walks.
+    :param dtype: Floating dtype of the features' weights (default: torch's default dtype).
     :return: The estimate in bytes.
     """
     pilot_rows = check_int("pilot_rows", pilot_rows)
@@ -477,7 +497,8 @@ def expected_feature_bytes(graph: Graph, num_walkers: int, p_halt: float,
     slots = torch.diff(row_pointer).double()
     entries = torch.diff(features.slot_pointer.long()[row_pointer]).double()
     per_row = 0.0
-    for counts, size in ((entries, TRAINING_BYTES_PER_ENTRY), (slots, TRAINING_BYTES_PER_SLOT)):
+    entry_bytes = training_bytes_per_entry(dtype, expected_walk_entries(rows, num_walkers, p_halt, max_length))
+    for counts, size in ((entries, entry_bytes), (slots, TRAINING_BYTES_PER_SLOT)):
         spread = 2.0 * float(counts.std()) / math.sqrt(counts.numel()) if counts.numel() > 1 else 0.0
         per_row += (float(counts.mean()) + spread) * size
     return rows * (per_row + num_walkers * BYTES_PER_WALK_LENGTH)
@@ -487,7 +508,7 @@ def walkers_within_memory(graph: Graph, start_nodes: np.ndarray, p_halt: float,
                           coupling: WalkLengthCoupling | str = IIDWalkLengthCoupling(), *, upto: int,
                           max_length: int | None = None, proposal: NeighbourProposal | str | None = None,
                           directions: DirectionCoupling | str | None = None, fraction: float = 0.5,
-                          seed: SeedLike = 0) -> int | None:
+                          seed: SeedLike = 0, dtype: torch.dtype | None = None) -> int | None:
     """The most walkers per node, even and at most ``upto``, whose features a GP can train on in ``fraction`` of memory.
 
     The memory is :func:`expected_feature_bytes`'s estimate, within ``fraction`` of the
@@ -505,6 +526,7 @@ def walkers_within_memory(graph: Graph, start_nodes: np.ndarray, p_halt: float,
     :param directions: Direction coupling.
     :param fraction: Share of the machine's physical memory the features may take, in (0, 1).
     :param seed: Seed of the estimates.
+    :param dtype: Floating dtype of the features' weights (default: torch's default dtype).
     :return: The walker count (at least 2), or ``None`` where the memory is unknown.
     :raises TypeError: If ``upto`` is not an int or ``fraction`` not a number.
     :raises ValueError: If ``upto`` is odd or below 2, or ``fraction`` is not in (0, 1).
@@ -516,15 +538,15 @@ def walkers_within_memory(graph: Graph, start_nodes: np.ndarray, p_halt: float,
     if available is None or rows == 0:
         return None
     budget = max(fraction * available - TRAINING_FIXED_BYTES, 0.0)
-    raw_bound = (expected_walk_entries(rows, upto, p_halt, max_length) * (TRAINING_BYTES_PER_ENTRY
-                                                                         + TRAINING_BYTES_PER_SLOT)
+    raw_entries = expected_walk_entries(rows, upto, p_halt, max_length)
+    raw_bound = (raw_entries * (training_bytes_per_entry(dtype, raw_entries) + TRAINING_BYTES_PER_SLOT)
                  + float(rows) * upto * BYTES_PER_WALK_LENGTH)
     if raw_bound <= budget:
         return upto
 
     def fits(walkers: int) -> bool:
         return expected_feature_bytes(graph, walkers, p_halt, coupling, start_nodes=start_nodes, max_length=max_length,
-                                      proposal=proposal, directions=directions, seed=seed) <= budget
+                                      proposal=proposal, directions=directions, seed=seed, dtype=dtype) <= budget
 
     if fits(upto):
         return upto

@@ -45,11 +45,13 @@ def same_inputs(a: Tensor, b: Tensor) -> bool:
 class InputCache:
     """Small LRU of results computed from input tensors, keyed by the tensor's memory.
 
-    An entry holds a weak reference to the tensor: while that tensor is alive its
-    memory cannot hold another tensor, and once it is gone the entry misses. The
-    entry also records the tensor's version counter (shared by all views of the
-    memory), so an in-place change misses too. Inference-mode tensors have no
-    version counter and are never remembered.
+    An entry holds a weak reference to the tensor's base (the tensor itself unless it is a
+    view): while the base is alive its memory cannot hold another tensor, and once it is
+    gone the entry misses. So a new view of the same memory (gpytorch slices its inputs
+    when it evaluates a kernel block by block) finds what the first view computed. The
+    entry also records the tensor's version counter (shared by all views of the memory),
+    so an in-place change misses too. Inference-mode tensors have no version counter
+    and are never remembered.
 
     :param size: Number of entries kept (least recently used ones are dropped).
     """
@@ -79,7 +81,8 @@ class InputCache:
             # Entries of freed tensors can never hit again: drop them, and what they hold.
             for key in [key for key, entry in self._entries.items() if entry[0]() is None]:
                 del self._entries[key]
-            self._entries[self._key(x, extra)] = (weakref.ref(x), x._version, value)
+            owner = x if x._base is None else x._base
+            self._entries[self._key(x, extra)] = (weakref.ref(owner), x._version, value)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
         return value

@@ -366,7 +366,7 @@ class GRFKernel(GraphNodeKernel):
         """The most walkers (at most ``upto``) whose features this kernel's rows can train on in half the memory."""
         return walkers_within_memory(self._graph, self.features_start_nodes.cpu().numpy(), p_halt, coupling, upto=upto,
                                      max_length=self.max_length, proposal=self.proposal, directions=self.directions,
-                                     seed=seed)
+                                     seed=seed, dtype=self.features_weights.dtype)
 
     def halting_for_range(self, max_inflation: float = DEFAULT_MAX_INFLATION) -> float:
         """The termination probability the current hyperparameters need: at most ``p_halt``, within the budget.

@@ -258,12 +258,29 @@ def test_the_memory_estimate_follows_the_coalesced_features_not_the_raw_walk_ste
                                           directions="repelling")
     estimate = features_module.expected_feature_bytes(graph, 512, 0.1, "antithetic", start_nodes=rows,
                                                       directions="repelling", seed=4)
-    actual = (features.num_entries * features_module.TRAINING_BYTES_PER_ENTRY
+    actual = (features.num_entries * features_module.training_bytes_per_entry(features.weights.dtype)
               + features.nnz * features_module.TRAINING_BYTES_PER_SLOT
               + rows.size * 512 * BYTES_PER_WALK_LENGTH)
     assert features.num_entries < expected_walk_entries(rows.size, 512, 0.1) / 3
     # Two standard errors above the mean of 64 rows: above the actual size, by less than the rows' spread.
     assert actual <= estimate <= 1.2 * actual
+    # Entries count their steps' and weights' bytes: double precision costs 4 more per copy.
+    double = features_module.expected_feature_bytes(graph, 512, 0.1, "antithetic", start_nodes=rows,
+                                                    directions="repelling", seed=4, dtype=torch.float64)
+    assert features.weights.dtype == torch.float32
+    difference = double - estimate
+    assert difference > features.num_entries * features_module.TRAINING_ENTRY_COPIES * 4
+    assert difference <= 1.2 * features.num_entries * features_module.TRAINING_ENTRY_COPIES * 4
+
+
+def test_an_entry_costs_its_step_and_weight_in_every_copy() -> None:
+    copies = features_module.TRAINING_ENTRY_COPIES
+    assert features_module.training_bytes_per_entry(torch.float32) == copies * 8
+    assert features_module.training_bytes_per_entry(torch.float64) == copies * 12
+    # Past int32's range the sampler stores the steps as int64.
+    assert features_module.training_bytes_per_entry(torch.float64, 2.0**31) == copies * 16
+    with pytest.raises(TypeError, match="floating torch dtype"):
+        features_module.training_bytes_per_entry(torch.int64)
 
 
 @pytest.mark.parametrize("call, error, message", [
