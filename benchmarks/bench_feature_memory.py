@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -95,7 +96,8 @@ def training_memory(spec: str, walkers: int, p_halt: float, rows: str = "all",
 
 
 def prediction_memory(spec: str, walkers: int, p_halt: float, dtype: str = "float32") -> dict[str, Any]:
-    """Peak memory of sampling ``walkers`` walkers per node of ``spec`` and predicting with them.
+    """Peak memory of sampling ``walkers`` walkers per node of ``spec`` and predicting with them, and the
+    prediction's wall time.
 
     The kernel's rows are the training and test nodes; ``gp_couple.models.predict`` computes
     the predictive means and variances of the test nodes (the path of the benchmarks'
@@ -123,13 +125,15 @@ def prediction_memory(spec: str, walkers: int, p_halt: float, dtype: str = "floa
     scaled.outputscale = outputscale
     model = GraphGP(train, targets, likelihood, scaled).to(precision)
     model.eval()
+    start = time.perf_counter()
     with grf_gp_settings():
         predict(model, likelihood, test, seed=0)
+    predict_s = time.perf_counter() - start
     peak = peak_increase(baseline)
     return {"graph": spec, "walkers": walkers, "p_halt": p_halt, "use": "predict", "dtype": dtype,
             "training_points": int(train.size), "test_points": int(test.size),
             "entries": int(kernel.features_steps.numel()), "slots": int(kernel.features_columns.numel()),
-            "peak_gb": peak}
+            "peak_gb": peak, "predict_s": predict_s}
 
 
 def _prediction_report(rows: list[dict[str, Any]], entry_bytes: int, slot_bytes: int) -> dict[str, Any]:
