@@ -77,9 +77,12 @@ def dense_covariance(operator: LinearOperator, dtype: torch.dtype | None = None)
     dense = base.to_dense()
     if constant is None:
         covariance = dense.to(dtype=dtype, copy=True)
-    elif torch.broadcast_shapes(dense.shape, constant.shape) == dense.shape:
+    elif (torch.broadcast_shapes(dense.shape, constant.shape) == dense.shape
+          and not (torch.is_grad_enabled() and (dense.requires_grad or constant.requires_grad))):
+        # No graph to record: scaled in place, without a second matrix in the new dtype.
         covariance = dense.to(dtype=dtype, copy=True).mul_(constant)
     else:
+        # Out of place: an in-place product would make autograd keep a copy of its input.
         covariance = dense.to(dtype) * constant.to(dtype)
     covariance.diagonal(dim1=-2, dim2=-1).add_(noise)
     return covariance

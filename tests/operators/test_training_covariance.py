@@ -65,3 +65,18 @@ def test_other_operators_are_densified_and_copied() -> None:
     torch.testing.assert_close(dense, matrix)
     dense.zero_()
     assert float(matrix[0, 0]) == 2.0
+
+
+def test_the_dense_covariance_is_differentiable_in_the_scale_the_kernel_and_the_noise() -> None:
+    generator = torch.Generator().manual_seed(1)
+    root = torch.randn(5, 5, dtype=torch.float64, generator=generator)
+    matrix = (root @ root.mT).requires_grad_(True)
+    scale = torch.tensor(1.7, dtype=torch.float64, requires_grad=True)
+    noise = torch.full((5,), 0.2, dtype=torch.float64, requires_grad=True)
+
+    def covariance(matrix: torch.Tensor, scale: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        operator = AddedDiagLinearOperator(ConstantMulLinearOperator(DenseLinearOperator(matrix), scale),
+                                           DiagLinearOperator(noise))
+        return dense_covariance(operator)
+
+    torch.autograd.gradcheck(covariance, (matrix, scale, noise))
