@@ -51,6 +51,39 @@ PREDICTION_BASELINE = ("icosphere:5", 16, 0.056)
 PREDICTION_HYPERPARAMETERS = (76.0, 5.7, 0.0099)
 
 
+def _measured_model(spec: str, walkers: int, p_halt: float, rows: str, dtype: str,
+                    hyperparameters: tuple[float, float, float] | None = None) -> tuple[Any, Any, float, Any]:
+    """``ScaleKernel(GRFKernel)`` GP of ``bench_graph_gp.py``'s problem, its walks sampled after the peak-RSS
+    counter is reset: ``(model, kernel, baseline, test nodes)``.
+
+    :param rows: ``"all"`` (the kernel's rows are the training and test nodes) or ``"train"``.
+    :param dtype: ``"float32"`` or ``"float64"`` (the default dtype of this worker's own process, which
+        the kernel samples its walks in).
+    :param hyperparameters: Output scale, γ and noise (default: the modules' initial values).
+    """
+    import gpytorch
+    import numpy as np
+    import torch
+
+    from gp_couple import GRFKernel
+    from gp_couple.kernel_families import Diffusion
+    from gp_couple.models import GraphGP
+
+    graph, _, observed, train, test = problem(spec, 0)
+    precision = getattr(torch, dtype)
+    torch.set_default_dtype(precision)
+    targets = torch.as_tensor(observed[train], dtype=precision)
+    family = None if hyperparameters is None else Diffusion(hyperparameters[1])
+    baseline = reset_peak()
+    kernel = GRFKernel(graph, nodes=train if rows == "train" else np.union1d(train, test), num_walkers=walkers,
+                       p_halt=p_halt, seed=0, schedule=None, kernel_family=family)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    scaled = gpytorch.kernels.ScaleKernel(kernel)
+    if hyperparameters is not None:
+        scaled.outputscale, likelihood.noise = hyperparameters[0], hyperparameters[2]
+    return GraphGP(train, targets, likelihood, scaled).to(precision), kernel, baseline, test
+
+
 def training_memory(spec: str, walkers: int, p_halt: float, rows: str = "all",
                     dtype: str = "float32") -> dict[str, Any]:
     """Peak memory of sampling ``walkers`` walkers per node of ``spec`` and one training evaluation.
@@ -58,39 +91,27 @@ def training_memory(spec: str, walkers: int, p_halt: float, rows: str = "all",
     :param rows: ``"all"`` (the kernel's rows are the training and test nodes) or ``"train"``.
     :param dtype: ``"float32"`` or ``"float64"``.
     """
-    import gpytorch
-    import numpy as np
     import torch
 
-    from gp_couple import GRFKernel, grf_gp_settings
+    from gp_couple import grf_gp_settings
     from gp_couple.features.graph_random_features import (
         TRAINING_BYTES_PER_SLOT,
         TRAINING_FIXED_BYTES,
         training_bytes_per_entry,
     )
     from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood
-    from gp_couple.models import GraphGP
 
-    graph, _, observed, train, test = problem(spec, 0)
-    precision = getattr(torch, dtype)
-    # The kernel samples its walks in the default dtype (this worker's own process).
-    torch.set_default_dtype(precision)
-    targets = torch.as_tensor(observed[train], dtype=precision)
-    baseline = reset_peak()
-    kernel = GRFKernel(graph, nodes=train if rows == "train" else np.union1d(train, test), num_walkers=walkers,
-                       p_halt=p_halt, seed=0, schedule=None)
-    likelihood = gpytorch.likelihoods.GaussianLikelihood()
-    model = GraphGP(train, targets, likelihood, gpytorch.kernels.ScaleKernel(kernel)).to(precision)
+    model, kernel, baseline, _ = _measured_model(spec, walkers, p_halt, rows, dtype)
     model.train()
     with grf_gp_settings():
-        loss = -DenseMarginalLogLikelihood(likelihood, model)(model(*model.train_inputs), model.train_targets)
+        loss = -DenseMarginalLogLikelihood(model.likelihood, model)(model(*model.train_inputs), model.train_targets)
         loss.backward()
     peak = peak_increase(baseline)
     entries, slots = int(kernel.features_steps.numel()), int(kernel.features_columns.numel())
-    entry_bytes = training_bytes_per_entry(precision, entries)
+    entry_bytes = training_bytes_per_entry(getattr(torch, dtype), entries)
     estimate = (TRAINING_FIXED_BYTES + entry_bytes * entries + TRAINING_BYTES_PER_SLOT * slots) / 1e9
     return {"graph": spec, "walkers": walkers, "p_halt": p_halt, "rows": rows, "dtype": dtype,
-            "training_points": int(train.size),
+            "training_points": int(model.train_targets.numel()),
             "entries": entries, "slots": slots, "peak_gb": peak, "estimate_gb": estimate,
             "peak_vs_estimate": peak / estimate}
 
@@ -103,35 +124,18 @@ def prediction_memory(spec: str, walkers: int, p_halt: float, dtype: str = "floa
     the predictive means and variances of the test nodes (the path of the benchmarks'
     predictions) at the output scale, range and noise :data:`PREDICTION_HYPERPARAMETERS`.
     """
-    import gpytorch
-    import numpy as np
-    import torch
+    from gp_couple import grf_gp_settings
+    from gp_couple.models import predict
 
-    from gp_couple import GRFKernel, grf_gp_settings
-    from gp_couple.kernel_families import Diffusion
-    from gp_couple.models import GraphGP, predict
-
-    graph, _, observed, train, test = problem(spec, 0)
-    precision = getattr(torch, dtype)
-    torch.set_default_dtype(precision)
-    targets = torch.as_tensor(observed[train], dtype=precision)
-    outputscale, gamma, noise = PREDICTION_HYPERPARAMETERS
-    baseline = reset_peak()
-    kernel = GRFKernel(graph, nodes=np.union1d(train, test), num_walkers=walkers, p_halt=p_halt, seed=0,
-                       schedule=None, kernel_family=Diffusion(gamma))
-    likelihood = gpytorch.likelihoods.GaussianLikelihood()
-    likelihood.noise = noise
-    scaled = gpytorch.kernels.ScaleKernel(kernel)
-    scaled.outputscale = outputscale
-    model = GraphGP(train, targets, likelihood, scaled).to(precision)
+    model, kernel, baseline, test = _measured_model(spec, walkers, p_halt, "all", dtype, PREDICTION_HYPERPARAMETERS)
     model.eval()
     start = time.perf_counter()
     with grf_gp_settings():
-        predict(model, likelihood, test, seed=0)
+        predict(model, model.likelihood, test, seed=0)
     predict_s = time.perf_counter() - start
     peak = peak_increase(baseline)
     return {"graph": spec, "walkers": walkers, "p_halt": p_halt, "use": "predict", "dtype": dtype,
-            "training_points": int(train.size), "test_points": int(test.size),
+            "training_points": int(model.train_targets.numel()), "test_points": int(test.size),
             "entries": int(kernel.features_steps.numel()), "slots": int(kernel.features_columns.numel()),
             "peak_gb": peak, "predict_s": predict_s}
 

@@ -446,8 +446,7 @@ def training_bytes_per_entry(dtype: torch.dtype | None = None, raw_entries: floa
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch dtype, got {dtype}")
     index_bytes = 4 if raw_entries < np.iinfo(np.int32).max else 8
-    weight_bytes = torch.finfo(dtype).bits // 8
-    return TRAINING_ENTRY_COPIES * (index_bytes + weight_bytes)
+    return TRAINING_ENTRY_COPIES * (index_bytes + dtype.itemsize)
 
 
 def expected_feature_bytes(graph: Graph, num_walkers: int, p_halt: float,
