@@ -95,7 +95,7 @@ from .walk_schedule import (
 )
 
 __all__ = ["DENSE_SOLVE_QUADRATURE_NODES", "DENSE_SOLVE_WORK", "GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER",
-           "TRAIN_P_HALT", "TRAIN_WALKERS", "dense_factor_pays", "paired_factor_fits"]
+           "TRAIN_P_HALT", "TRAIN_WALKERS", "WALKER_ROUNDS", "dense_factor_pays", "paired_factor_fits"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -120,6 +120,8 @@ TRAIN_P_HALT = 0.1
 PREDICT_WALKERS = 512
 #: Rows of the subset on which :meth:`GRFKernel.estimate_gram_error` compares two draws.
 GRAM_ERROR_ROWS = 256
+#: Most times :meth:`GRFKernel.walkers_for` scales the walker count after its first estimate.
+WALKER_ROUNDS = 3
 #: Stream of the seed of the second draw in bias-corrected training rounds (with the kernel's seed).
 PAIR_STREAM = 2
 #: Stream of the seed that picks the held-out rows of the prediction-error check (with the kernel's seed).
@@ -327,10 +329,13 @@ class GRFKernel(GraphNodeKernel):
                     coupling: str | WalkLengthCoupling | None = None, seed: SeedLike = 0) -> tuple[int, float]:
         r"""The walker count whose estimated relative Gram error (:meth:`estimate_gram_error`) is within ``tolerance``.
 
-        Starts from ``start`` walkers; if the estimate exceeds ``tolerance`` it scales the
+        Starts from ``start`` walkers; while the estimate exceeds ``tolerance`` it scales the
         count by :math:`(\widehat\varepsilon / \text{tolerance})^2` (the error of
         independent walkers falls like :math:`m^{-1/2}`; coupled walkers do at least as
-        well), capped at ``max_walkers``, and estimates again.
+        well), by at least :data:`~gp_couple.kernels.walk_schedule.WALKER_STEP` (an estimate
+        just above the tolerance is within its own noise of it), capped at ``max_walkers``,
+        and estimates again, at most :data:`WALKER_ROUNDS` times. So a count that the
+        scaling left just short of the tolerance is not mistaken for a capped one.
 
         :param tolerance: Largest acceptable estimated relative error.
         :param start: First walker count tried (even).
@@ -349,8 +354,10 @@ class GRFKernel(GraphNodeKernel):
         within_memory = int(max_walkers) if fitting is None else min(int(max_walkers), fitting)
         walkers = min(int(start), within_memory)
         error = self.estimate_gram_error(num_walkers=walkers, p_halt=p_halt, coupling=coupling, seed=seed)
-        if error > tolerance and walkers < within_memory:
-            wanted = walkers * (error / tolerance) ** 2
+        for _ in range(WALKER_ROUNDS):
+            if error <= tolerance or walkers >= within_memory:
+                break
+            wanted = walkers * max((error / tolerance) ** 2, WALKER_STEP)
             walkers = int(min(within_memory, 2 * math.ceil(wanted / 2)))
             error = self.estimate_gram_error(num_walkers=walkers, p_halt=p_halt, coupling=coupling, seed=seed)
         if error > tolerance and walkers == within_memory < int(max_walkers):

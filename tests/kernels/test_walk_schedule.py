@@ -231,6 +231,36 @@ def test_walker_counts_stay_within_half_the_memory_and_say_so(monkeypatch: pytes
 
 
 
+def test_walkers_for_scales_again_until_the_tolerance_is_met(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error that falls more slowly than m^-1/2 leaves one rescaling short of the tolerance: it rescales again,
+    by at least WALKER_STEP, and stops where the estimate meets the tolerance, or at the cap."""
+    from gp_couple.kernels.walk_schedule import WALKER_STEP
+
+    kernel = GRFKernel(grid_graph(6, 6), kernel_family=Diffusion(1.0), num_walkers=4, seed=0)
+    tried: list[int] = []
+
+    def slow_error(*, num_walkers: int, **_: object) -> float:
+        tried.append(num_walkers)
+        return 0.2 * (4 / num_walkers) ** 0.4
+
+    monkeypatch.setattr(kernel, "estimate_gram_error", slow_error)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GramToleranceWarning)
+        walkers, error = kernel.walkers_for(0.05, start=4, max_walkers=4096)
+    # 4 -> 64 (the error's square) -> 112 (its square, 1.74) -> 140 (WALKER_STEP: 1.107 squared is less).
+    assert tried == [4, 64, 112, 140] and walkers == 140
+    assert error == pytest.approx(0.2 * (4 / 140) ** 0.4) and error <= 0.05
+    assert tried[3] / tried[2] == pytest.approx(WALKER_STEP)
+    tried.clear()
+    assert kernel.walkers_for(0.05, start=4, max_walkers=100) == (100, pytest.approx(0.2 * 0.04 ** 0.4))
+    assert tried == [4, 64, 100]   # stops at the cap
+    # An error with a floor above the tolerance: a bounded number of estimates, well below the cap.
+    monkeypatch.setattr(kernel, "estimate_gram_error", lambda **options: max(0.06, slow_error(**options)))
+    tried.clear()
+    walkers, error = kernel.walkers_for(0.05, start=4, max_walkers=4096)
+    assert len(tried) == 1 + grf_kernel_module.WALKER_ROUNDS and walkers < 4096 and error == 0.06
+
+
 def _long_range_draw(seed: int) -> tuple[object, np.ndarray, torch.Tensor]:
     """A draw from the exact diffusion prior (gamma 6) on a 20 x 20 grid, half the nodes observed with noise 0.1."""
     import scipy.sparse as sp
