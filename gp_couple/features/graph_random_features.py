@@ -108,7 +108,7 @@ class GraphRandomFeatures:
             start_nodes=start_nodes)
         tables = proposal.tables(graph)
         p = float(p_halt)  # checked by sample_walk_lengths
-        raw_sizes = 1 + lengths.sum(axis=1)
+        raw_sizes = 1 + lengths.sum(axis=1, dtype=np.int64)
         builder = _Assembler(graph.num_nodes, starts, raw_sizes, graph.indices.dtype, dtype)
         # Same key derivation as walk_with_lengths, so both paths walk identically.
         neighbour_key = draw_seed(walk_seed)

@@ -60,18 +60,26 @@ from . import _walk_compiled as compiled
 __all__ = ["WalkSteps", "sample_walks", "sample_walk_lengths", "walk_with_lengths",
            "sample_walk_endpoints", "walk_endpoints_with_lengths", "validated_lengths",
            "expected_walk_bytes", "expected_walk_entries", "BYTES_PER_WALK_LENGTH", "LENGTH_BLOCK",
-           "MAX_WALK_LENGTH"]
+           "LENGTH_DTYPE", "MAX_WALK_LENGTH"]
 
 #: Walk lengths are drawn for blocks of this many consecutive node ids (see
 #: :func:`sample_walk_lengths`): a node's walks never depend on the other nodes sampled with it.
 LENGTH_BLOCK = 64
 #: Steps are stored as uint16; longer walks need an explicit ``max_length``.
 MAX_WALK_LENGTH = np.iinfo(np.uint16).max
+#: The dtype of every table of walk lengths the sampler holds: walks are at most
+#: :data:`MAX_WALK_LENGTH` steps, so a length takes two bytes.
+LENGTH_DTYPE = np.dtype(np.uint16)
 #: Bytes a raw walk entry of :func:`sample_walks` costs (column, step and weight, and the copies
 #: that coalesce them into features).
 _BYTES_PER_ENTRY = 40
-#: Bytes each walk's length costs (the drawn table and its validated copy, or the endpoints).
-BYTES_PER_WALK_LENGTH = 16
+#: Bytes each walk's length costs while walks are sampled: its entry of the table of lengths.
+BYTES_PER_WALK_LENGTH = LENGTH_DTYPE.itemsize
+#: Bytes each walk of a block of :data:`LENGTH_BLOCK` start nodes costs while its lengths are drawn:
+#: the coupling's int64 draw, its checked copy and the rows taken from it.
+_BYTES_PER_DRAWN_LENGTH = 24
+#: Bytes each walk's end point costs (:func:`sample_walk_endpoints`).
+_BYTES_PER_ENDPOINT = 8
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,7 @@ class WalkSteps:
     :ivar weights: :math:`\mathrm{load}_t / m` per entry (float64).
     :ivar num_walkers: Walkers per start node :math:`m`.
     :ivar p_halt: Termination probability.
-    :ivar lengths: Walk lengths actually walked, shape ``(rows, m)`` (after
+    :ivar lengths: Walk lengths actually walked, :data:`LENGTH_DTYPE`, shape ``(rows, m)`` (after
         truncation at ``max_length`` and zeroed at isolated start nodes).
     """
 
@@ -210,7 +218,7 @@ def _check_walk_memory(num_rows: int, num_walkers: int, p_halt: float, max_lengt
 def validated_lengths(graph: Graph, lengths: Any, starts: np.ndarray) -> np.ndarray:
     """Check a ``(rows, m)`` length array and zero the rows of isolated start nodes.
 
-    :return: A C-contiguous int64 copy (or the input when nothing needs changing).
+    :return: A C-contiguous :data:`LENGTH_DTYPE` copy (or the input when nothing needs changing).
     """
     length_array = np.asarray(lengths)
     if length_array.ndim != 2 or length_array.shape[0] != starts.size:
@@ -222,17 +230,22 @@ def validated_lengths(graph: Graph, lengths: Any, starts: np.ndarray) -> np.ndar
         raise TypeError(f"lengths must be integers, got dtype {length_array.dtype}")
     if length_array.size and length_array.min() < 0:
         raise ValueError("lengths must be non-negative")
-    if length_array.size and length_array.max() > MAX_WALK_LENGTH:
-        raise ValueError(
-            f"a walk of length {int(length_array.max())} exceeds the supported "
-            f"{MAX_WALK_LENGTH} steps; pass max_length to truncate walks")
-    walked = np.ascontiguousarray(length_array, dtype=np.int64)
+    _check_longest(length_array)
+    walked = np.ascontiguousarray(length_array, dtype=LENGTH_DTYPE)
     isolated = graph.degrees[starts] == 0
     if np.any(isolated):
         # A walker at a node without neighbours cannot move: its walk ends there.
         walked = walked.copy() if walked is length_array else walked
         walked[isolated] = 0
     return walked
+
+
+def _check_longest(lengths: np.ndarray) -> None:
+    """Refuse non-negative integer ``lengths`` above :data:`MAX_WALK_LENGTH` (before they are narrowed)."""
+    if lengths.size and lengths.max() > MAX_WALK_LENGTH:
+        raise ValueError(
+            f"a walk of length {int(lengths.max())} exceeds the supported "
+            f"{MAX_WALK_LENGTH} steps; pass max_length to truncate walks")
 
 
 def walk_with_lengths(graph: Graph, lengths: Any, p_halt: float, *, seed: SeedLike = None,
@@ -264,7 +277,7 @@ def _walk(graph: Graph, walked: np.ndarray, p: float, seed: SeedLike, starts: np
     tables = proposal.tables(graph)
     repelling = directions.repelling
     num_walkers = walked.shape[1]
-    row_sizes = 1 + walked.sum(axis=1)
+    row_sizes = 1 + walked.sum(axis=1, dtype=np.int64)
     indptr = np.zeros(starts.size + 1, dtype=np.int64)
     np.cumsum(row_sizes, out=indptr[1:])
     total = int(indptr[-1])
@@ -301,12 +314,13 @@ def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
             raise TypeError(f"max_length must be an int or None, got {type(max_length).__name__}")
         if not 0 <= max_length <= MAX_WALK_LENGTH:
             raise ValueError(f"max_length must lie in [0, {MAX_WALK_LENGTH}], got {max_length}")
-    # The lengths table is all that every consumer holds at once; the raw walk entries are
-    # checked by sample_walks, and feature builds coalesce them chunk by chunk.
+    # The lengths table is all that every consumer holds at once, beside one block's draw while it is
+    # made; the raw walk entries are checked by sample_walks, and feature builds coalesce them chunk by chunk.
     _check_walk_memory(starts.size, num_walkers, p_halt, max_length,
-                       float(starts.size) * num_walkers * BYTES_PER_WALK_LENGTH, "walk lengths")
+                       float(num_walkers) * (starts.size * BYTES_PER_WALK_LENGTH
+                                             + LENGTH_BLOCK * _BYTES_PER_DRAWN_LENGTH), "walk lengths")
     instance = get_walk_length_coupling(coupling)
-    lengths = np.empty((starts.size, num_walkers), dtype=np.int64)
+    lengths = np.empty((starts.size, num_walkers), dtype=LENGTH_DTYPE)
     order = np.argsort(starts // LENGTH_BLOCK, kind="stable")
     blocks, first = np.unique(starts[order] // LENGTH_BLOCK, return_index=True)
     bounds = np.append(first, starts.size)
@@ -317,9 +331,11 @@ def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
         # below never writes into the coupling's own array).
         drawn = checked_lengths(instance.sample_lengths(LENGTH_BLOCK, num_walkers, p_halt, rng), instance,
                                 "sample_lengths", (LENGTH_BLOCK, num_walkers), "one per start node and walker")
-        lengths[rows] = drawn[starts[rows] % LENGTH_BLOCK]
-    if max_length is not None:
-        np.minimum(lengths, max_length, out=lengths)
+        block = drawn[starts[rows] % LENGTH_BLOCK]
+        if max_length is not None:
+            np.minimum(block, max_length, out=block)
+        _check_longest(block)
+        lengths[rows] = block
     return lengths
 
 
@@ -330,7 +346,7 @@ def sample_walk_lengths(graph: Graph, num_walkers: int, p_halt: float,
     """Draw everything random about the walks except the neighbour choices.
 
     :return: ``(start_nodes, lengths, walk_seed)``: validated start nodes, the
-        ``(rows, m)`` lengths to walk (zero at isolated nodes, capped at
+        ``(rows, m)`` lengths to walk (:data:`LENGTH_DTYPE`, zero at isolated nodes, capped at
         ``max_length``) and the integer seed of the neighbour choices.
     :raises ValueError: Also when the walks would need more memory than the machine has.
     """
@@ -374,7 +390,7 @@ def sample_walks(graph: Graph, num_walkers: int, p_halt: float,
         start_nodes=start_nodes)
     # sample_walk_lengths checked p_halt and returned validated lengths and start nodes.
     _check_walk_memory(starts.size, num_walkers, p_halt, max_length,
-                       float(starts.size + lengths.sum()) * _BYTES_PER_ENTRY, "walk entries")
+                       float(starts.size + lengths.sum(dtype=np.int64)) * _BYTES_PER_ENTRY, "walk entries")
     return _walk(graph, lengths, float(p_halt), walk_seed, starts, proposal, directions)
 
 
@@ -394,7 +410,7 @@ def _endpoints(graph: Graph, walked: np.ndarray, seed: SeedLike, starts: np.ndar
     tables = proposal.tables(graph)
     repelling = directions.repelling
     endpoints = np.empty(walked.shape, dtype=np.int64)
-    with compiled.threads_for(int(walked.sum()) + walked.size):
+    with compiled.threads_for(int(walked.sum(dtype=np.int64)) + walked.size):
         compiled.walk_endpoints(graph.indptr, graph.indices, tables.ratios, tables.node_scales, tables.cumulative,
                                tables.choice_degrees, starts, walked, draw_seed(seed), repelling,
                                endpoints, compiled.pool_size())
@@ -416,5 +432,7 @@ def sample_walk_endpoints(graph: Graph, num_walkers: int, p_halt: float,
     starts, lengths, walk_seed = sample_walk_lengths(
         graph, num_walkers, p_halt, coupling, max_length=max_length, seed=seed,
         start_nodes=start_nodes)
-    # sample_walk_lengths returned validated lengths and start nodes.
+    # sample_walk_lengths returned validated lengths and start nodes; the end points are held beside them.
+    _check_walk_memory(starts.size, num_walkers, p_halt, max_length,
+                       float(lengths.size) * (BYTES_PER_WALK_LENGTH + _BYTES_PER_ENDPOINT), "walk endpoints")
     return _endpoints(graph, lengths, walk_seed, starts, proposal, directions)

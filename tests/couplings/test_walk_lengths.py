@@ -401,8 +401,11 @@ def test_user_paired_couplings_returning_bad_lengths_name_the_class(make, messag
     (lambda r, m: np.zeros((m, r), int), r"_Lengths.sample_lengths returned 256 lengths \(shape \(4, 64\)\); "
                                          r"expected .* shape \(64, 4\)"),
     (lambda r, m: np.zeros(r * m + 1, int), r"_Lengths.sample_lengths returned 257 lengths"),
+    # Refused before the table narrows it to two bytes (65,537 would wrap round to 1).
+    (lambda r, m: np.full((r, m), 65_537), r"a walk of length 65537 exceeds the supported 65535 steps"),
     (lambda r, m: [[1] * m] * r, None),
     (lambda r, m: np.full((r, m), 2.0), None),  # integer-valued floats are exact
+    (lambda r, m: np.full((r, m), 70_000), None),  # capped by max_length before the table narrows it
 ])
 def test_the_sampler_checks_user_couplings(make, message) -> None:  # type: ignore[no-untyped-def]
     from gp_couple.features.walks import sample_walk_lengths
@@ -411,7 +414,7 @@ def test_the_sampler_checks_user_couplings(make, message) -> None:  # type: igno
     graph = grid_graph(3, 3)
     if message is None:
         _, lengths, _ = sample_walk_lengths(graph, 4, 0.5, _Lengths(make), seed=0, max_length=1)
-        assert lengths.dtype == np.int64 and lengths.max() == 1
+        assert lengths.dtype == np.uint16 and lengths.max() == 1
         return
     with pytest.raises(ValueError, match=message):
         sample_walk_lengths(graph, 4, 0.5, _Lengths(make), seed=0)

@@ -251,8 +251,9 @@ class TestErrors:
         from gp_couple import _checks
         from gp_couple.features import graph_random_features as features_module, walks
 
-        # Lengths of 9 x 1000 walkers fit in 1 MB; their ~9 x 10^6 raw entries (40 bytes each) do not.
-        monkeypatch.setattr(walks, "physical_memory", lambda: 10**6)
+        # Lengths of 9 x 1000 walkers, and one block's draw of them, fit in 2 MB; their ~9 x 10^6 raw entries
+        # (40 bytes each) do not.
+        monkeypatch.setattr(walks, "physical_memory", lambda: 2 * 10**6)
         with pytest.raises(ValueError, match=r"GiB for the walk entries, more than"):
             sample_walks(self.graph, 1000, 1e-3, seed=0)
         # Features coalesce the entries chunk by chunk and grow their arrays as they go,
