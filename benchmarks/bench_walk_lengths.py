@@ -37,6 +37,7 @@ def sample_walks(graph_spec: str, walkers: int, p_halt: float) -> dict[str, Any]
     graph = resolve_graph(graph_spec)
     GraphRandomFeatures.sample(graph, 2, p_halt, "antithetic", seed=0, directions="repelling",
                                start_nodes=np.arange(min(64, graph.num_nodes)))  # compiled before the peak is reset
+    # Read off a sampled table rather than a constant, so that checkouts from before LENGTH_DTYPE run too.
     table_itemsize = sample_walk_lengths(graph, 2, p_halt, "antithetic", seed=0, start_nodes=[0])[1].itemsize
     baseline = reset_peak()
     start = time.perf_counter()
