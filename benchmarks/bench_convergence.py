@@ -291,6 +291,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="the defaults model's WalkSchedule.max_predict_walkers (default: the schedule's)")
     parser.add_argument("--predict-error-tolerance", type=float, default=None,
                         help="the defaults model's WalkSchedule.predict_error_tolerance (default: the schedule's)")
+    parser.add_argument("--no-expansion-redraw", action="store_true",
+                        help="the defaults model's WalkSchedule.expansion_target None (no round redrawn for the "
+                             "whitened error)")
     parser.add_argument("--no-bias-correction", action="store_true",
                         help="the defaults model's WalkSchedule.bias_correction off (the plain likelihood)")
     parser.add_argument("--max-cholesky-size", type=int, default=None,
@@ -306,6 +309,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                         ("predict_error_tolerance", args.predict_error_tolerance),
                                                         ("bias_correction", False if args.no_bias_correction else None))
                         if value is not None} or None
+    if args.no_expansion_redraw:
+        schedule_options = {**(schedule_options or {}), "expansion_target": None}
     saved = []
     for path in args.exact_from:
         with open(path) as source:

@@ -231,7 +231,9 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     ``GRFKernel`` draws :math:`\sigma`-coupled prediction walkers), and training goes on,
     phase after phase, on those draws while a kernel asks for it (a ``GRFKernel`` does
     until a phase no longer moves its range, then keeps walks drawn for the
-    hyperparameters it ends with). Exact kernels and GRF kernels built with
+    hyperparameters it ends with). A round after which a kernel reports its estimate worse
+    than before (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.round_regressed`) is
+    undone: every parameter returns to its value before the round. Exact kernels and GRF kernels built with
     ``schedule=None`` train in one phase and are left as they are.
 
     :param model: The GP (in any mode).
@@ -302,8 +304,13 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
                     drawn = kernel.prepare_prediction(refit) or drawn
                 if not (drawn and going):
                     break
+                before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
                 going = train_phase()
                 refit += 1
+                if any([kernel.round_regressed() for kernel in kernels]):
+                    _restore(model, before)
+                    for kernel in kernels:
+                        kernel.undo_round()
         # One report for the whole run: an earlier phase that ended short is followed by more training.
         check_ending(history, optimizer, iterations, lr, convergence is not None or optimizer == "lbfgs")
         return history
@@ -360,6 +367,13 @@ class _StateFingerprint:
                 and len(self.parameters) == len(other.parameters)
                 and all(mine.shape == theirs.shape and torch.equal(mine, theirs)
                         for mine, theirs in zip(self.parameters, other.parameters)))
+
+
+def _restore(model: torch.nn.Module, values: dict[str, Tensor]) -> None:
+    """Set every parameter of ``model`` back to ``values`` (a detached copy taken by name)."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.copy_(values[name])
 
 
 def _drop_stale_caches(model: gpytorch.models.ExactGP) -> None:

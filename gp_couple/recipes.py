@@ -26,6 +26,7 @@ from .graphs import Graph
 from .kernel_families import Diffusion, KernelFamily
 from .kernels.grf_kernel import TRAIN_P_HALT, TRAIN_WALKERS, GRFKernel
 from .kernels.walk_schedule import (
+    EXPANSION_TARGET,
     MAX_PHASES,
     MAX_PREDICT_WALKERS,
     MAX_TRAIN_WALKERS,
@@ -52,7 +53,8 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
                max_predict_walkers: int = MAX_PREDICT_WALKERS, predict_tolerance: float = PREDICT_GRAM_TOLERANCE,
                p_halt: float = TRAIN_P_HALT, phases: int = MAX_PHASES, sigma_fit_samples: int = SIGMA_FIT_SAMPLES,
                refits: int = REFITS, refit_tolerance: float = REFIT_TOLERANCE, bias_correction: bool = True,
-               predict_error_tolerance: float = PREDICT_ERROR_TOLERANCE, seed: SeedLike = 0,
+               predict_error_tolerance: float = PREDICT_ERROR_TOLERANCE,
+               expansion_target: float | None = EXPANSION_TARGET, seed: SeedLike = 0,
                device: torch.device | str | None = None) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood]:
     r"""Train a GRF-GP to convergence with walks that follow the learnt range, and make it ready to predict.
 
@@ -92,6 +94,9 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
         predictive mean at held-out rows, relative to the latent predictive variance there,
         when training ends on a bias-corrected round; more walkers are drawn above it
         (unless ``predict_walkers`` is given).
+    :param expansion_target: Whitened error for which a bias-corrected round that ended above
+        :data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT` redraws the prediction
+        walkers once and trains again (kept only if it ends with a smaller one); ``None``: never.
     :param seed: Seed of the walks, the CG probes, the error estimates and the sigma fit.
     :param device: Torch device of the model (default the CPU; walks are sampled on the CPU
         and moved there once).
@@ -108,7 +113,7 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
                             predict_walkers=predict_walkers, predict_tolerance=predict_tolerance,
                             max_predict_walkers=max_predict_walkers, sigma_fit_samples=sigma_fit_samples,
                             refits=refits, refit_tolerance=refit_tolerance, bias_correction=bias_correction,
-                            predict_error_tolerance=predict_error_tolerance)
+                            predict_error_tolerance=predict_error_tolerance, expansion_target=expansion_target)
     base_seed = draw_seed(seed)
     train = node_index_array(train_nodes, "train_nodes", graph.num_nodes)
     rows = np.union1d(train, node_index_array(predict_nodes, "predict_nodes", graph.num_nodes))

@@ -196,6 +196,23 @@ class GraphNodeKernel(Kernel):
         """
         return False
 
+    def round_regressed(self) -> bool:
+        """Whether the training round just run left the kernel's estimate worse than before it (exact kernels: never).
+
+        Asked by :func:`gp_couple.models.fit_gp` after each round that
+        :meth:`prepare_prediction` asked for; where a kernel says yes, ``fit_gp`` restores
+        every parameter of the model to its value before the round and calls
+        :meth:`undo_round` on every graph kernel. Randomised kernels override it
+        (:meth:`gp_couple.kernels.grf_kernel.GRFKernel.round_regressed`).
+        """
+        return False
+
+    def undo_round(self) -> None:
+        """Forget the training round just run: :func:`gp_couple.models.fit_gp` restored the parameters before it.
+
+        Randomised kernels override it (:meth:`gp_couple.kernels.grf_kernel.GRFKernel.undo_round`).
+        """
+
     def finish_training(self) -> None:
         """Drop what only training needed (exact kernels: nothing).
 

@@ -237,6 +237,10 @@ class GRFKernel(GraphNodeKernel):
                                 torch.device("cpu"))
         #: How :func:`gp_couple.models.fit_gp` redraws the walks (``None``: never).
         self.schedule: WalkSchedule | None = schedule
+        #: Whether this training's rounds have redrawn the walks for the whitened error (at most once).
+        self._expansion_tried = False
+        #: The report that the round on walks redrawn for the whitened error started from, until it is judged.
+        self._expansion_start: LikelihoodEvaluation | None = None
         self._set_config(config, seed)
         self._hold(features)
 
@@ -506,15 +510,26 @@ class GRFKernel(GraphNodeKernel):
             ``schedule.max_predict_walkers`` or memory, and those leave an estimated error above
             :data:`~gp_couple.kernels.walk_schedule.PREDICT_ERROR_WARNING_FACTOR` times the tolerance.
 
+        When a bias-corrected round ends above the limit on walks the schedule chose, and no
+        other round follows, the walks are redrawn once with more walkers for a whitened error of
+        ``schedule.expansion_target`` and training goes on for one more round
+        (:mod:`~gp_couple.kernels.walk_schedule`), which :meth:`round_regressed` judges.
+
         :param refit: Training rounds run on prediction walks so far.
-        :return: Whether the walks were just drawn and ``schedule.refits`` allows another
-            training round on them.
+        :return: Whether the walks were just drawn and another training round on them follows
+            (while ``schedule.refits`` allows, and once more for the whitened error).
         """
         # Kept: redrawing the walks ends the round (and drops them). The next round starts from this report.
         reported, nodes = self._evaluation, self._training_nodes
+        if not refit:
+            self._expansion_tried = False
+        self._expansion_start = None
         # Only the round that training ends on matters: a round on redrawn walks follows the others.
         last = reported if refit else None
+        round_walkers = self.num_walkers
         another = self._draw_prediction_walks(refit)
+        if last is not None and not another:
+            another = self._redraw_for_expansion(last, round_walkers)
         if last is not None and not another:
             corrected = last.expansion_error is not None
             measurable = (nodes is not None and nodes.numel() <= DENSE_VARIANCE_SIZE and last.noise is not None)
@@ -541,8 +556,61 @@ class GRFKernel(GraphNodeKernel):
         self.finish_training()
         self._pairing = (another and self.schedule.bias_correction
                          and self.gram_error_estimate <= self.schedule.predict_tolerance)
-        self._round_start = reported if self._pairing else None
+        self._round_start = reported if another else None
         return another
+
+    def _redraw_for_expansion(self, last: LikelihoodEvaluation, round_walkers: int) -> bool:
+        """Redraw the walks once for the schedule's ``expansion_target`` after a corrected round ended above the limit.
+
+        ``last`` is that round's last report and ``round_walkers`` its walker count; the walks
+        may have been redrawn since for the hyperparameters it learnt (their configuration is kept).
+        """
+        schedule, error = self.schedule, last.expansion_error
+        if (self._expansion_tried or schedule.expansion_target is None or schedule.predict_walkers is not None
+                or error is None or error <= BIAS_EXPANSION_LIMIT):
+            return False
+        self._expansion_tried = True
+        cap = schedule.max_predict_walkers
+        fitting = self._walkers_within_memory(self.p_halt, self.coupling, cap, self.seed)
+        within = cap if fitting is None else min(cap, fitting)
+        walkers = min(within, 2 * math.ceil(round_walkers * (error / schedule.expansion_target) ** 2 / 2))
+        if walkers < WALKER_STEP * self.num_walkers:
+            return False
+        # The same configuration (its sigma-coupling fits hyperparameters within the refit tolerance), more walkers.
+        drawn_for = self.prediction_hyperparameters
+        self.resample(self.seed + 1, num_walkers=walkers)
+        self.prediction_hyperparameters = drawn_for
+        self.gram_error_estimate = self.estimate_gram_error(seed=self.seed)
+        self._expansion_start = last
+        _LOG.info("training round on the prediction walks: it ended with a whitened error of %.3g, above the "
+                  "bias correction's limit %g; redrawn with %d walkers per node for %g (estimated Gram error %.3g)",
+                  error, BIAS_EXPANSION_LIMIT, walkers, schedule.expansion_target, self.gram_error_estimate)
+        return True
+
+    def round_regressed(self) -> bool:
+        """Whether the round on walks redrawn for the whitened error ended with a larger one than the round before.
+
+        More walkers lower the estimate's error at fixed hyperparameters, but the round can
+        carry L-BFGS to a lower noise and a larger output scale, where the error whitened by
+        the noise is larger and the likelihood's second-order correction fails; then
+        :func:`gp_couple.models.fit_gp` restores the hyperparameters of the round before
+        (:meth:`undo_round`), and the kernel keeps the larger walks for prediction. Every
+        other round is kept.
+        """
+        start, end = self._expansion_start, self._evaluation
+        if start is None:
+            return False
+        regressed = end is None or end.expansion_error is None or end.expansion_error >= start.expansion_error
+        _LOG.info("training round on the walks redrawn for the whitened error: it ended at %s (%.3g before it): %s",
+                  "no paired evaluation" if end is None or end.expansion_error is None
+                  else f"{end.expansion_error:.3g}", start.expansion_error,
+                  "undone" if regressed else "kept")
+        return regressed
+
+    def undo_round(self) -> None:
+        """Take back the report of the round before the one just run (:meth:`round_regressed`)."""
+        self._evaluation = self._round_start
+        self._expansion_start = None
 
     def estimate_prediction_error(self, evaluation: LikelihoodEvaluation) -> float | None:
         r"""The mean squared error the walks add to the predictive mean away from the data, relative to its scale.
@@ -697,7 +765,8 @@ class GRFKernel(GraphNodeKernel):
         self._pairing = False
         #: Whether this round's paired evaluations factorise densely (decided at its first evaluation).
         self._pairs_densely: bool | None = None
-        #: The last report before this round (its output scale and noise), ``None`` outside rounds.
+        #: The last report before this round (its output scale and noise; what :meth:`undo_round`
+        #: returns to), ``None`` outside rounds.
         self._round_start: LikelihoodEvaluation | None = None
         self._difference: Tensor | None = None
         self._evaluation: LikelihoodEvaluation | None = None

@@ -72,9 +72,20 @@ dropped when training ends: the model predicts with the prediction walks.
 The expansion holds while the estimate's error is small against the covariance in every
 direction, :math:`\|\mathbf C^{-1/2}\mathbf H\mathbf C^{-1/2}\|_2 \ll 1`. The objective
 estimates this whitened error from :math:`\mathbf D` (half its spectral norm, by power
-iteration), and a round that ends above :data:`BIAS_EXPANSION_LIMIT` warns
-(:class:`BiasCorrectionWarning`): there the correction can overshoot, and more prediction
-walkers are the remedy. Where training ends on one draw, on the uncorrected likelihood
+iteration). A relative Gram error does not bound it: on sparse graphs a few hundred
+walkers can meet the prediction tolerance and leave a whitened error of one half at a high
+signal-to-noise ratio. So a round that ends above :data:`BIAS_EXPANSION_LIMIT`, on walks the
+schedule chose, redraws them once with :math:`m(e/e_\star)^2` walkers (the whitened error of
+independent pairs falls like :math:`m^{-1/2}`; :math:`e_\star` is
+:attr:`WalkSchedule.expansion_target`, within ``max_predict_walkers`` and memory, and only for
+at least :data:`WALKER_STEP` times more) and trains another round. That round is kept only if
+it ends with a smaller whitened error than the round before: more walkers can also carry
+L-BFGS to hyperparameters (a lower noise, a larger output scale) where the error, whitened by
+the smaller noise, is larger still and the expansion fails, and there
+:func:`gp_couple.models.fit_gp` restores the hyperparameters the round started from
+(:meth:`~gp_couple.kernels.grf_kernel.GRFKernel.round_regressed`). A round that ends above the
+limit all the same warns (:class:`BiasCorrectionWarning`): there the correction can overshoot,
+and more prediction walkers are the remedy. Where training ends on one draw, on the uncorrected likelihood
 (training sets whose dense factor does not fit in memory, walks capped above the prediction tolerance, or
 ``bias_correction`` off), the kernel measures that draw's whitened error against an
 independent draw when training ends (training sets of up to
@@ -128,6 +139,7 @@ from torch import Tensor
 from .._checks import check_even_walkers, check_fraction, check_int, check_nonnegative
 
 __all__ = ["BIAS_EXPANSION_LIMIT", "BiasCorrectionWarning", "DEFAULT_SCHEDULE", "EXPANSION_ITERATIONS",
+           "EXPANSION_TARGET",
            "GramToleranceWarning", "HELD_OUT_ROWS", "LikelihoodEvaluation", "MAX_PHASES", "MAX_PREDICT_WALKERS",
            "MAX_TRAIN_WALKERS", "PAIRING_THRESHOLD",
            "PREDICT_ERROR_TOLERANCE", "PREDICT_ERROR_WARNING_FACTOR", "PREDICT_GRAM_TOLERANCE",
@@ -173,6 +185,10 @@ PAIRING_THRESHOLD = 0.1
 #: :math:`\mathbf H = s(\bar{\mathbf K} - \mathbf K)` (the mean of a bias-corrected round; one draw's
 #: :math:`s(\widehat{\mathbf K} - \mathbf K)` otherwise), at which training ends without a warning.
 BIAS_EXPANSION_LIMIT = 0.3
+#: Whitened error (:data:`BIAS_EXPANSION_LIMIT`) for which a bias-corrected round that ended above the limit
+#: redraws its walkers once (:attr:`WalkSchedule.expansion_target`): two thirds of the limit, so that a count
+#: sized by the :math:`m^{-1/2}` law from a noisy estimate still ends within it.
+EXPANSION_TARGET = 0.2
 
 
 @dataclass(frozen=True)
@@ -312,9 +328,14 @@ class WalkSchedule:
         starts, exceeds this (0 pairs wherever the factor fits in memory); below the threshold
         the round trains on one draw by CG/Lanczos. Training sets up to ``max_cholesky_size``
         points, which factorise densely anyway, are always paired.
+    :param expansion_target: Whitened error for which a bias-corrected round that ended above
+        :data:`BIAS_EXPANSION_LIMIT` redraws the prediction walkers once and trains again
+        (module docstring; kept only if that round ends with a smaller whitened error);
+        ``None`` never redraws for it. Ignored where ``predict_walkers`` is given.
     :raises TypeError: If a count is not an int or a tolerance not a number.
     :raises ValueError: If a walker count is odd or below 2, a tolerance is not in (0, 1),
-        a count is below 1, ``refits`` is negative or ``pairing_threshold`` is negative or not finite.
+        a count is below 1, ``refits`` is negative, ``pairing_threshold`` is negative or not finite,
+        or ``expansion_target`` is not in (0, 1).
     """
 
     train_tolerance: float = TRAIN_GRAM_TOLERANCE
@@ -330,6 +351,7 @@ class WalkSchedule:
     bias_correction: bool = True
     predict_error_tolerance: float = PREDICT_ERROR_TOLERANCE
     pairing_threshold: float = PAIRING_THRESHOLD
+    expansion_target: float | None = EXPANSION_TARGET
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__
@@ -346,6 +368,8 @@ class WalkSchedule:
         set_field(self, "predict_error_tolerance",
                   check_fraction("predict_error_tolerance", self.predict_error_tolerance))
         set_field(self, "pairing_threshold", check_nonnegative("pairing_threshold", self.pairing_threshold))
+        if self.expansion_target is not None:
+            set_field(self, "expansion_target", check_fraction("expansion_target", self.expansion_target))
         for name in ("predict", "bias_correction"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")

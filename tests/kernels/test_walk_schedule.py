@@ -22,6 +22,7 @@ from gp_couple.kernels.walk_schedule import (
     MAX_PREDICT_WALKERS,
     BiasCorrectionWarning,
     GramToleranceWarning,
+    LikelihoodEvaluation,
     hyperparameter_change,
 )
 from gp_couple.recipes import fit_grf_gp
@@ -143,6 +144,9 @@ def test_the_same_seed_gives_the_same_schedule_and_fit_grf_gp_is_that_model():
     ({"refits": 1.0}, TypeError, "refits"),
     ({"refit_tolerance": 0.0}, ValueError, "refit_tolerance"),
     ({"bias_correction": 1}, TypeError, "bias_correction must be a bool"),
+    ({"expansion_target": 0.0}, ValueError, "expansion_target"),
+    ({"expansion_target": 1.5}, ValueError, "expansion_target"),
+    ({"expansion_target": "0.2"}, TypeError, "expansion_target"),
 ])
 def test_bad_schedules_are_refused(kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -427,10 +431,11 @@ def _held_out_mean_error(model: GraphGP, graph, train: np.ndarray) -> float:
 
 def test_prediction_walkers_grow_until_the_predictive_mean_is_accurate():
     # A long-range draw at a high signal-to-noise ratio: a coarse Gram error tolerance leaves
-    # walks whose noise is a large part of the predictive error away from the data.
+    # walks whose noise is a large part of the predictive error away from the data (training ends
+    # on those walks: no round redrawn for the whitened error).
     graph, train, targets = _long_range_draw(0)
     loose = WalkSchedule(max_train_walkers=256, sigma_fit_samples=20, predict_tolerance=0.03,
-                         predict_error_tolerance=0.9)
+                         predict_error_tolerance=0.9, expansion_target=None)
     unchecked = _fitted(graph, train, targets, loose)
     with pytest.warns(GramToleranceWarning, match="predictive mean") as caught:
         checked = _fitted(graph, train, targets, WalkSchedule(**{**loose.to_dict(), "predict_error_tolerance": 0.002}))
@@ -524,3 +529,89 @@ def test_above_max_cholesky_size_a_round_within_the_pairing_threshold_trains_as_
     assert not any(reports["within"]) and not any(reports["uncorrected"])
     assert any(reports["always"]) and learnt["always"] != learnt["within"]
     assert corrected == {"within": False, "uncorrected": False, "always": True}
+
+
+def _fitted_with_report(graph, train: np.ndarray, targets: torch.Tensor,
+                        schedule: WalkSchedule) -> tuple[GraphGP, object, list[str]]:
+    """:func:`_fitted` on one thread, with its training history and the warnings' categories."""
+    kernel = gpytorch.kernels.ScaleKernel(GRFKernel(graph, seed=0, schedule=schedule))
+    model = GraphGP(train, targets, gpytorch.likelihoods.GaussianLikelihood(), kernel).double()
+    with threads(1), grf_gp_settings(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = fit_gp(model, model.likelihood, iterations=200, optimizer="lbfgs", seed=0)
+    return model, history, [warning.category.__name__ for warning in caught]
+
+
+def _hyperparameters(model: GraphGP) -> dict[str, float]:
+    return {"outputscale": model.covar_module.outputscale.item(), "noise": model.likelihood.noise.item(),
+            "gamma": model.covar_module.base_kernel.kernel_family.gamma.item()}
+
+
+def test_a_round_ending_above_the_expansion_limit_trains_again_on_more_walkers() -> None:
+    # At a coarse prediction tolerance (512 walkers meet it) the corrected rounds of this long-range
+    # draw end with a whitened error of about 0.7, far outside the second-order expansion, and the
+    # output scale and noise fall well below the exact GP's. One more round, on walkers sized for
+    # the expansion target, must lower that error and bring every hyperparameter closer.
+    graph, train, targets = _long_range_draw(0)
+    coarse = {"max_train_walkers": 256, "sigma_fit_samples": 20, "predict_tolerance": 0.03}
+    with threads(1):
+        exact = _learnt(graph, train, targets, ExactGraphKernel(graph))
+    fits = {target: _fitted_with_report(graph, train, targets, WalkSchedule(**coarse, expansion_target=target))
+            for target in (None, 0.2)}
+    kernels = {target: model.covar_module.base_kernel for target, (model, _, _) in fits.items()}
+    assert kernels[None].bias_corrected and kernels[None].bias_expansion_error > 2 * BIAS_EXPANSION_LIMIT
+    assert kernels[0.2].bias_corrected
+    assert kernels[0.2].bias_expansion_error < 0.7 * kernels[None].bias_expansion_error
+    assert fits[0.2][1].phases == fits[None][1].phases + 1
+    gaps = {target: {name: abs(math.log(value / exact[name])) for name, value in _hyperparameters(model).items()}
+            for target, (model, _, _) in fits.items()}
+    assert max(gaps[None].values()) > 0.4                      # the miss this guards against
+    assert max(gaps[0.2].values()) < 0.5 * max(gaps[None].values())
+    assert all(gaps[0.2][name] < gaps[None][name] for name in exact)
+
+
+def test_a_round_judged_worse_is_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fit_gp restores every parameter to its value before that round, so the model ends where it
+    # ends without the round, with the earlier round's error (and its warning), keeping the larger
+    # walks to predict with. A limit of 0 makes every corrected round redraw for the target (here
+    # 512 walkers meet the prediction tolerance, and the round on 2,048 ends with a smaller error).
+    monkeypatch.setattr(grf_kernel_module, "BIAS_EXPANSION_LIMIT", 0.0)
+    original = GRFKernel.round_regressed
+
+    def always_worse(self: GRFKernel) -> bool:
+        judged = self._expansion_start is not None
+        original(self)
+        return judged
+
+    fits = {}
+    for name, target, judge in (("without", None, original), ("kept", 0.05, original), ("undone", 0.05, always_worse)):
+        monkeypatch.setattr(GRFKernel, "round_regressed", judge)
+        model = _model(schedule=WalkSchedule(**{**QUICK.to_dict(), "max_predict_walkers": 2048,
+                                                "predict_tolerance": 0.03, "expansion_target": target}))
+        with threads(1), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            history = _fit(model)
+        fits[name] = (model, history, [warning.category.__name__ for warning in caught])
+    kernels = {name: model.covar_module.base_kernel for name, (model, _, _) in fits.items()}
+    assert fits["kept"][1].phases == fits["undone"][1].phases == fits["without"][1].phases + 1
+    assert _hyperparameters(fits["kept"][0]) != _hyperparameters(fits["without"][0])
+    assert _hyperparameters(fits["undone"][0]) == _hyperparameters(fits["without"][0])
+    assert kernels["undone"].bias_expansion_error == kernels["without"].bias_expansion_error
+    assert kernels["undone"].num_walkers >= kernels["without"].num_walkers
+    assert fits["undone"][2].count("BiasCorrectionWarning") == 1
+
+
+@pytest.mark.parametrize(("before", "after", "regressed"), [
+    (0.7, 0.4, False), (0.7, 0.7, True), (0.4, 0.9, True), (0.7, None, True)])
+def test_the_round_on_walks_redrawn_for_the_whitened_error_is_judged_by_that_error(
+        before: float, after: float | None, regressed: bool) -> None:
+    kernel = GRFKernel(GRAPH, seed=0)
+    report = {"outputscale": 1.0, "residual": torch.zeros(3), "noise": torch.ones(3)}
+    assert not kernel.round_regressed()                     # outside such a round: never
+    kernel._expansion_start = LikelihoodEvaluation(before, **report)
+    kernel.record_evaluation(LikelihoodEvaluation(after, **report))
+    assert kernel.round_regressed() is regressed
+    kernel._round_start = kernel._expansion_start
+    kernel.undo_round()
+    assert kernel._evaluation.expansion_error == before and not kernel.round_regressed()
+    assert not ExactGraphKernel(GRAPH).round_regressed()
