@@ -188,7 +188,7 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
             with grf_gp_settings(**settings):
                 history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
             result.update(iterations=len(history), evaluations=history.evaluations, converged=history.converged,
-                          final_loss=history[-1], phases=history.phases)
+                          final_loss=history[-1], phases=history.phases, undone_phases=history.undone_phases)
         elif method == "adam300":
             fixed = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed, schedule=None)
             model, likelihood = _model(graph, train, observed, fixed)

@@ -233,7 +233,8 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     until a phase no longer moves its range, then keeps walks drawn for the
     hyperparameters it ends with). A round after which a kernel reports its estimate worse
     than before (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.round_regressed`) is
-    undone: every parameter returns to its value before the round. Exact kernels and GRF kernels built with
+    undone: every parameter returns to its value before the round, and the history drops its
+    losses (:attr:`~gp_couple.optimize.TrainingHistory.undone_phases`). Exact kernels and GRF kernels built with
     ``schedule=None`` train in one phase and are left as they are.
 
     :param model: The GP (in any mode).
@@ -305,10 +306,12 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
                 if not (drawn and going):
                     break
                 before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+                losses, ending = len(history), (history.converged, history.reason, history.steepest)
                 going = train_phase()
                 refit += 1
                 if any([kernel.round_regressed() for kernel in kernels]):
                     _restore(model, before)
+                    history.undo_phase(losses, ending)
                     for kernel in kernels:
                         kernel.undo_round()
         # One report for the whole run: an earlier phase that ended short is followed by more training.

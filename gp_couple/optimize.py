@@ -130,6 +130,10 @@ class TrainingHistory(list):
     :ivar evaluations: Objective evaluations (L-BFGS line searches evaluate more than once per iteration).
     :ivar phases: Training phases run (:func:`gp_couple.models.fit_gp` trains again after a
         kernel redraws its walks; the losses of all phases follow one another).
+    :ivar undone_phases: Phases among them whose parameters ``fit_gp`` restored
+        (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.round_regressed`): they count
+        in ``phases`` and ``evaluations``, but their losses are dropped and how training ended
+        is the phase's before them.
     :ivar steepest: L-BFGS only: the largest gradient entry at the last accepted point
         (``None`` for Adam).
     """
@@ -138,6 +142,7 @@ class TrainingHistory(list):
     reason: str = "iterations"
     evaluations: int = 0
     phases: int = 1
+    undone_phases: int = 0
     steepest: float | None = None
 
     def extend_phase(self, phase: TrainingHistory) -> None:
@@ -148,6 +153,16 @@ class TrainingHistory(list):
         self.extend(phase)
         self.converged, self.reason, self.steepest = phase.converged, phase.reason, phase.steepest
         self.evaluations += phase.evaluations
+
+    def undo_phase(self, losses: int, ending: tuple[bool, str, float | None]) -> None:
+        """Forget the losses and the ending of the last phase, whose parameters were restored.
+
+        :param losses: How many losses the history held before that phase.
+        :param ending: ``(converged, reason, steepest)`` before that phase.
+        """
+        del self[losses:]
+        self.converged, self.reason, self.steepest = ending
+        self.undone_phases += 1
 
 
 def check_schedule(iterations: Any, lr: Any) -> None:

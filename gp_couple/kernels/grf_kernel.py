@@ -574,7 +574,14 @@ class GRFKernel(GraphNodeKernel):
         fitting = self._walkers_within_memory(self.p_halt, self.coupling, cap, self.seed)
         within = cap if fitting is None else min(cap, fitting)
         walkers = min(within, 2 * math.ceil(round_walkers * (error / schedule.expansion_target) ** 2 / 2))
-        if walkers < WALKER_STEP * self.num_walkers:
+        # At the learnt hyperparameters the error falls like m^(-1/2); a round whose walkers, capped, would still
+        # leave it above the limit is not tried (training moves towards a higher signal-to-noise ratio, where
+        # the whitened error is larger still).
+        expected = error * math.sqrt(round_walkers / walkers)
+        if walkers < WALKER_STEP * self.num_walkers or expected > BIAS_EXPANSION_LIMIT:
+            _LOG.info("training round on the prediction walks: it ended with a whitened error of %.3g, above the "
+                      "bias correction's limit %g; the %d walkers per node within the cap and memory would leave "
+                      "about %.3g: not redrawn", error, BIAS_EXPANSION_LIMIT, walkers, expected)
             return False
         # The same configuration (its sigma-coupling fits hyperparameters within the refit tolerance), more walkers.
         drawn_for = self.prediction_hyperparameters

@@ -78,7 +78,8 @@ signal-to-noise ratio. So a round that ends above :data:`BIAS_EXPANSION_LIMIT`, 
 schedule chose, redraws them once with :math:`m(e/e_\star)^2` walkers (the whitened error of
 independent pairs falls like :math:`m^{-1/2}`; :math:`e_\star` is
 :attr:`WalkSchedule.expansion_target`, within ``max_predict_walkers`` and memory, and only for
-at least :data:`WALKER_STEP` times more) and trains another round. That round is kept only if
+at least :data:`WALKER_STEP` times more, and only where that count is expected to bring the
+error within the limit) and trains another round. That round is kept only if
 it ends with a smaller whitened error than the round before: more walkers can also carry
 L-BFGS to hyperparameters (a lower noise, a larger output scale) where the error, whitened by
 the smaller noise, is larger still and the expansion fails, and there

@@ -551,9 +551,10 @@ def test_a_round_ending_above_the_expansion_limit_trains_again_on_more_walkers()
     # At a coarse prediction tolerance (512 walkers meet it) the corrected rounds of this long-range
     # draw end with a whitened error of about 0.7, far outside the second-order expansion, and the
     # output scale and noise fall well below the exact GP's. One more round, on walkers sized for
-    # the expansion target, must lower that error and bring every hyperparameter closer.
+    # the expansion target (capped at 4,096 here, to keep the test short), must lower that error
+    # and bring every hyperparameter closer.
     graph, train, targets = _long_range_draw(0)
-    coarse = {"max_train_walkers": 256, "sigma_fit_samples": 20, "predict_tolerance": 0.03}
+    coarse = {"max_train_walkers": 256, "sigma_fit_samples": 20, "predict_tolerance": 0.03, "max_predict_walkers": 4096}
     with threads(1):
         exact = _learnt(graph, train, targets, ExactGraphKernel(graph))
     fits = {target: _fitted_with_report(graph, train, targets, WalkSchedule(**coarse, expansion_target=target))
@@ -570,12 +571,13 @@ def test_a_round_ending_above_the_expansion_limit_trains_again_on_more_walkers()
     assert all(gaps[0.2][name] < gaps[None][name] for name in exact)
 
 
-def test_a_round_judged_worse_is_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_round_judged_worse_is_undone_and_one_out_of_reach_is_not_tried(monkeypatch: pytest.MonkeyPatch) -> None:
     # fit_gp restores every parameter to its value before that round, so the model ends where it
     # ends without the round, with the earlier round's error (and its warning), keeping the larger
-    # walks to predict with. A limit of 0 makes every corrected round redraw for the target (here
-    # 512 walkers meet the prediction tolerance, and the round on 2,048 ends with a smaller error).
-    monkeypatch.setattr(grf_kernel_module, "BIAS_EXPANSION_LIMIT", 0.0)
+    # walks to predict with. Here 512 walkers meet the prediction tolerance and the rounds end at a
+    # whitened error of 0.30; with a limit of 0.25 the last one redraws 2,048 walkers (the cap, which
+    # is expected to halve the error), and the round on them ends with a smaller error.
+    monkeypatch.setattr(grf_kernel_module, "BIAS_EXPANSION_LIMIT", 0.25)
     original = GRFKernel.round_regressed
 
     def always_worse(self: GRFKernel) -> bool:
@@ -584,9 +586,11 @@ def test_a_round_judged_worse_is_undone(monkeypatch: pytest.MonkeyPatch) -> None
         return judged
 
     fits = {}
-    for name, target, judge in (("without", None, original), ("kept", 0.05, original), ("undone", 0.05, always_worse)):
+    # "out of reach": a cap of 700 walkers would leave about 0.26, above the limit, so no round is tried.
+    for name, target, judge, cap in (("without", None, original, 2048), ("kept", 0.05, original, 2048),
+                                     ("undone", 0.05, always_worse, 2048), ("out of reach", 0.05, original, 700)):
         monkeypatch.setattr(GRFKernel, "round_regressed", judge)
-        model = _model(schedule=WalkSchedule(**{**QUICK.to_dict(), "max_predict_walkers": 2048,
+        model = _model(schedule=WalkSchedule(**{**QUICK.to_dict(), "max_predict_walkers": cap,
                                                 "predict_tolerance": 0.03, "expansion_target": target}))
         with threads(1), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -599,6 +603,13 @@ def test_a_round_judged_worse_is_undone(monkeypatch: pytest.MonkeyPatch) -> None
     assert kernels["undone"].bias_expansion_error == kernels["without"].bias_expansion_error
     assert kernels["undone"].num_walkers >= kernels["without"].num_walkers
     assert fits["undone"][2].count("BiasCorrectionWarning") == 1
+    # The history is that of the training the model ends with; the undone round counts in its cost.
+    undone, without = fits["undone"][1], fits["without"][1]
+    assert list(undone) == list(without) and undone.reason == without.reason
+    assert undone.undone_phases == 1 and without.undone_phases == fits["kept"][1].undone_phases == 0
+    assert undone.evaluations > without.evaluations
+    assert fits["out of reach"][1].phases == fits["without"][1].phases
+    assert _hyperparameters(fits["out of reach"][0]) == _hyperparameters(fits["without"][0])
 
 
 @pytest.mark.parametrize(("before", "after", "regressed"), [
