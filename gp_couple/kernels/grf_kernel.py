@@ -570,10 +570,8 @@ class GRFKernel(GraphNodeKernel):
                 or error is None or error <= BIAS_EXPANSION_LIMIT):
             return False
         self._expansion_tried = True
-        cap = schedule.max_predict_walkers
-        fitting = self._walkers_within_memory(self.p_halt, self.coupling, cap, self.seed)
-        within = cap if fitting is None else min(cap, fitting)
-        walkers = min(within, 2 * math.ceil(round_walkers * (error / schedule.expansion_target) ** 2 / 2))
+        walkers = min(self._prediction_walker_cap(),
+                      2 * math.ceil(round_walkers * (error / schedule.expansion_target) ** 2 / 2))
         # At the learnt hyperparameters the error falls like m^(-1/2); a round whose walkers, capped, would still
         # leave it above the limit is not tried (training moves towards a higher signal-to-noise ratio, where
         # the whitened error is larger still).
@@ -584,10 +582,7 @@ class GRFKernel(GraphNodeKernel):
                       "about %.3g: not redrawn", error, BIAS_EXPANSION_LIMIT, walkers, expected)
             return False
         # The same configuration (its sigma-coupling fits hyperparameters within the refit tolerance), more walkers.
-        drawn_for = self.prediction_hyperparameters
-        self.resample(self.seed + 1, num_walkers=walkers)
-        self.prediction_hyperparameters = drawn_for
-        self.gram_error_estimate = self.estimate_gram_error(seed=self.seed)
+        self._redraw_with(walkers)
         self._expansion_start = last
         _LOG.info("training round on the prediction walks: it ended with a whitened error of %.3g, above the "
                   "bias correction's limit %g; redrawn with %d walkers per node for %g (estimated Gram error %.3g)",
@@ -725,15 +720,12 @@ class GRFKernel(GraphNodeKernel):
                   "predictive mean (tolerance %g)", self.num_walkers, error, tolerance)
         if error <= tolerance:
             return
-        fitting = self._walkers_within_memory(self.p_halt, self.coupling, cap, self.seed)
-        within = cap if fitting is None else min(cap, fitting)
+        within = self._prediction_walker_cap()
         wanted = 2 * math.ceil(self.num_walkers * error / tolerance / 2)
         walkers = min(wanted, within)
         if walkers >= WALKER_STEP * self.num_walkers:
-            drawn, drawn_for = self.num_walkers, self.prediction_hyperparameters
-            self.resample(self.seed + 1, num_walkers=walkers)
-            self.prediction_hyperparameters = drawn_for
-            self.gram_error_estimate = self.estimate_gram_error(seed=self.seed)
+            drawn = self.num_walkers
+            self._redraw_with(walkers)
             self.prediction_error_estimate = error * drawn / walkers
             _LOG.info("prediction walks: redrawn with %d walkers per node (estimated Gram error %.3g, estimated "
                       "error of the predictive mean %.3g)", walkers, self.gram_error_estimate,
@@ -746,6 +738,19 @@ class GRFKernel(GraphNodeKernel):
                           f"it needs exceed {'max_predict_walkers' if within == cap else 'half the memory'}: raise "
                           "max_predict_walkers in the WalkSchedule, or use an exact kernel (ExactGraphKernel, "
                           "MatrixFreeGraphKernel) at this range", GramToleranceWarning, stacklevel=4)
+
+    def _prediction_walker_cap(self) -> int:
+        """The most prediction walkers of the current configuration: ``schedule.max_predict_walkers``, within memory."""
+        cap = self.schedule.max_predict_walkers
+        fitting = self._walkers_within_memory(self.p_halt, self.coupling, cap, self.seed)
+        return cap if fitting is None else min(cap, fitting)
+
+    def _redraw_with(self, walkers: int) -> None:
+        """Redraw the prediction walks with ``walkers`` per node: their configuration, for the same hyperparameters."""
+        drawn_for = self.prediction_hyperparameters
+        self.resample(self.seed + 1, num_walkers=walkers)
+        self.prediction_hyperparameters = drawn_for
+        self.gram_error_estimate = self.estimate_gram_error(seed=self.seed)
 
     def _draw_prediction_walks(self, refit: int) -> bool:
         schedule = self.schedule

@@ -161,6 +161,11 @@ def test_the_kernel_refuses_a_schedule_of_another_type():
 def test_the_schedule_round_trips_through_json_and_the_state_dict():
     schedule = WalkSchedule(phases=2, predict_walkers=64)
     assert WalkSchedule.from_dict(json.loads(json.dumps(schedule.to_dict()))) == schedule
+    without_redraw = WalkSchedule(expansion_target=None)
+    assert WalkSchedule.from_dict(json.loads(json.dumps(without_redraw.to_dict()))) == without_redraw
+    # A schedule saved before expansion_target existed loads with its default.
+    older = {key: value for key, value in DEFAULT_SCHEDULE.to_dict().items() if key != "expansion_target"}
+    assert WalkSchedule.from_dict(older) == DEFAULT_SCHEDULE
     assert WalkSchedule.from_dict(None) is None
     with pytest.raises(ValueError, match="unknown walk-schedule entries"):
         WalkSchedule.from_dict({"phase": 2})
