@@ -241,6 +241,10 @@ class GRFKernel(GraphNodeKernel):
         self._expansion_tried = False
         #: The report that the round on walks redrawn for the whitened error started from, until it is judged.
         self._expansion_start: LikelihoodEvaluation | None = None
+        #: The walker count of the round before that round.
+        self._expansion_walkers = 0
+        #: The walker counts of the round before that round and of that round, once it has been undone.
+        self._expansion_undone: tuple[int, int] | None = None
         self._set_config(config, seed)
         self._hold(features)
 
@@ -523,6 +527,7 @@ class GRFKernel(GraphNodeKernel):
         reported, nodes = self._evaluation, self._training_nodes
         if not refit:
             self._expansion_tried = False
+            self._expansion_undone = None
         self._expansion_start = None
         # Only the round that training ends on matters: a round on redrawn walks follows the others.
         last = reported if refit else None
@@ -538,9 +543,8 @@ class GRFKernel(GraphNodeKernel):
             if error is not None and error > BIAS_EXPANSION_LIMIT:
                 warnings.warn(f"the likelihood's bias correction is a second-order expansion in the GRF estimate's "
                               f"error, but where training ended that error is {error:.2g} of the covariance in its "
-                              f"worst direction (above {BIAS_EXPANSION_LIMIT:g}), and the correction can overshoot: "
-                              "lower predict_tolerance or raise max_predict_walkers in the WalkSchedule, or set "
-                              "bias_correction=False" if corrected else
+                              f"worst direction (above {BIAS_EXPANSION_LIMIT:g}), and the correction can overshoot. "
+                              f"{self._walkers_for_limit_advice(error, round_walkers, last)}" if corrected else
                               f"training ended on one draw of the walks, on the likelihood without its bias "
                               f"correction (a training set whose dense factor does not fit in memory, walks capped "
                               f"above predict_tolerance, or bias_correction=False), and that draw's error is "
@@ -583,11 +587,41 @@ class GRFKernel(GraphNodeKernel):
             return False
         # The same configuration (its sigma-coupling fits hyperparameters within the refit tolerance), more walkers.
         self._redraw_with(walkers)
-        self._expansion_start = last
+        self._expansion_start, self._expansion_walkers = last, round_walkers
         _LOG.info("training round on the prediction walks: it ended with a whitened error of %.3g, above the "
                   "bias correction's limit %g; redrawn with %d walkers per node for %g (estimated Gram error %.3g)",
                   error, BIAS_EXPANSION_LIMIT, walkers, schedule.expansion_target, self.gram_error_estimate)
         return True
+
+    def _walkers_for_limit_advice(self, error: float, round_walkers: int, last: LikelihoodEvaluation) -> str:
+        """What would bring a corrected round's whitened error within the limit, for the warning that it did not."""
+        undone = self._expansion_undone
+        if undone is not None:
+            round_walkers = undone[0]
+        # At fixed hyperparameters the whitened error falls like m^(-1/2).
+        needed = (2 * math.ceil(round_walkers * (error / BIAS_EXPANSION_LIMIT) ** 2 / 2)
+                  if BIAS_EXPANSION_LIMIT > 0 else None)
+        cap = self._prediction_walker_cap()
+        if undone is None and needed is not None and needed <= cap:
+            return (f"About {needed} walkers per node (against {round_walkers}) would bring it within the limit at "
+                    "these hyperparameters: set predict_walkers in the WalkSchedule to that, lower predict_tolerance, "
+                    "or set bias_correction=False")
+        if undone is not None:
+            reason = (f"A round on {undone[1]} walkers per node (against {round_walkers}) was tried and undone: it "
+                      "ended with a larger error, training having moved where the signal-to-noise ratio is higher")
+        elif needed is None:
+            reason = f"No walker count brings it within a limit of {BIAS_EXPANSION_LIMIT:g}"
+        else:
+            limit = "max_predict_walkers" if cap == self.schedule.max_predict_walkers else "half the memory"
+            reason = (f"That would take about {needed} walkers per node (against {round_walkers}), more than the "
+                      f"{cap} that {limit} allows")
+        noise = ("" if last.noise is None else
+                 f" and a noise of {float(last.noise.double().mean()) / last.outputscale:.2g} times the output scale")
+        return (f"{reason}: at this range{noise} the estimate's noise is large against the observation noise, and "
+                "an exact kernel (ExactGraphKernel for small graphs, MatrixFreeGraphKernel up to about 10^5 nodes; "
+                "the learnt hyperparameters load into either with load_state_dict(..., strict=False)) is the better "
+                f"model. Otherwise {'' if undone else 'raise max_predict_walkers in the WalkSchedule, or '}set "
+                "bias_correction=False")
 
     def round_regressed(self) -> bool:
         """Whether the round on walks redrawn for the whitened error ended with a larger one than the round before.
@@ -613,6 +647,7 @@ class GRFKernel(GraphNodeKernel):
         """Take back the report of the round before the one just run (:meth:`round_regressed`)."""
         self._evaluation = self._round_start
         self._expansion_start = None
+        self._expansion_undone = (self._expansion_walkers, self.num_walkers)
 
     def estimate_prediction_error(self, evaluation: LikelihoodEvaluation) -> float | None:
         r"""The mean squared error the walks add to the predictive mean away from the data, relative to its scale.

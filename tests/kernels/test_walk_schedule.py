@@ -600,8 +600,10 @@ def test_a_round_judged_worse_is_undone_and_one_out_of_reach_is_not_tried(monkey
         with threads(1), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             history = _fit(model)
-        fits[name] = (model, history, [warning.category.__name__ for warning in caught])
-    kernels = {name: model.covar_module.base_kernel for name, (model, _, _) in fits.items()}
+        fits[name] = (model, history, [warning.category.__name__ for warning in caught],
+                      [str(warning.message) for warning in caught
+                       if issubclass(warning.category, BiasCorrectionWarning)])
+    kernels = {name: fit[0].covar_module.base_kernel for name, fit in fits.items()}
     assert fits["kept"][1].phases == fits["undone"][1].phases == fits["without"][1].phases + 1
     assert _hyperparameters(fits["kept"][0]) != _hyperparameters(fits["without"][0])
     assert _hyperparameters(fits["undone"][0]) == _hyperparameters(fits["without"][0])
@@ -615,6 +617,15 @@ def test_a_round_judged_worse_is_undone_and_one_out_of_reach_is_not_tried(monkey
     assert undone.evaluations > without.evaluations
     assert fits["out of reach"][1].phases == fits["without"][1].phases
     assert _hyperparameters(fits["out of reach"][0]) == _hyperparameters(fits["without"][0])
+    # The warning says what would help: the walkers the limit needs where the cap allows them, and
+    # otherwise (beyond the cap, or a round on more walkers undone) an exact kernel.
+    (without,), (undone,), (out_of_reach,) = (fits[name][3] for name in ("without", "undone", "out of reach"))
+    needed = 2 * math.ceil(512 * (kernels["without"].bias_expansion_error / 0.25) ** 2 / 2)
+    assert 512 < needed <= 2048 and f"About {needed} walkers per node (against 512)" in without
+    assert "exact kernel" not in without
+    assert f"about {needed} walkers per node (against 512), more than the 700 that max_predict_walkers" in out_of_reach
+    assert f"A round on {kernels['undone'].num_walkers} walkers per node (against 512) was tried and undone" in undone
+    assert all("MatrixFreeGraphKernel" in message for message in (out_of_reach, undone))
 
 
 @pytest.mark.parametrize(("before", "after", "regressed"), [
