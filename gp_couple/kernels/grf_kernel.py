@@ -99,6 +99,10 @@ __all__ = ["DENSE_SOLVE_QUADRATURE_NODES", "DENSE_SOLVE_WORK", "GRFKernel", "PRE
 
 _LOG = logging.getLogger(__name__)
 
+#: Graphs up to this many nodes have a practical exact kernel (``MatrixFreeGraphKernel``; the
+#: which-kernel page of the documentation), which the warnings of training recommend.
+EXACT_KERNEL_NODES = 100_000
+
 #: Walkers per node of the training configuration (the constructor's default).
 TRAIN_WALKERS = 48
 #: Operations of a dense Cholesky factor worth as much as one stored feature entry in a
@@ -617,10 +621,13 @@ class GRFKernel(GraphNodeKernel):
                       f"{cap} that {limit} allows")
         noise = ("" if last.noise is None else
                  f" and a noise of {float(last.noise.double().mean()) / last.outputscale:.2g} times the output scale")
+        exact = ("an exact kernel (ExactGraphKernel for small graphs, MatrixFreeGraphKernel up to about 10^5 "
+                 "nodes; the learnt hyperparameters load into either with load_state_dict(..., strict=False)) is the "
+                 "better model" if self.num_nodes <= EXACT_KERNEL_NODES else
+                 f"on {self.num_nodes} nodes the exact kernels cost far more, so expect the learnt range to be short "
+                 "and the output scale small against the exact GP's")
         return (f"{reason}: at this range{noise} the estimate's noise is large against the observation noise, and "
-                "an exact kernel (ExactGraphKernel for small graphs, MatrixFreeGraphKernel up to about 10^5 nodes; "
-                "the learnt hyperparameters load into either with load_state_dict(..., strict=False)) is the better "
-                f"model. Otherwise {'' if undone else 'raise max_predict_walkers in the WalkSchedule, or '}set "
+                f"{exact}. Otherwise {'' if undone else 'raise max_predict_walkers in the WalkSchedule, or '}set "
                 "bias_correction=False")
 
     def round_regressed(self) -> bool:

@@ -628,6 +628,20 @@ def test_a_round_judged_worse_is_undone_and_one_out_of_reach_is_not_tried(monkey
     assert all("MatrixFreeGraphKernel" in message for message in (out_of_reach, undone))
 
 
+def test_the_expansion_warning_recommends_the_exact_kernels_only_where_they_are_practical(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = GRFKernel(GRAPH, seed=0, schedule=WalkSchedule(max_predict_walkers=700))
+    report = LikelihoodEvaluation(0.6, outputscale=2.0, residual=torch.zeros(3), noise=torch.full((3,), 0.002))
+    # At fixed hyperparameters the error falls like m^(-1/2): 0.6 at 512 walkers needs 2,048 for 0.3.
+    message = kernel._walkers_for_limit_advice(0.6, 512, report)
+    assert "about 2048 walkers per node (against 512), more than the 700 that max_predict_walkers" in message
+    assert "a noise of 0.001 times the output scale" in message and "MatrixFreeGraphKernel" in message
+    monkeypatch.setattr(grf_kernel_module, "EXACT_KERNEL_NODES", GRAPH.num_nodes - 1)
+    message = kernel._walkers_for_limit_advice(0.6, 512, report)
+    assert f"on {GRAPH.num_nodes} nodes the exact kernels cost far more" in message
+    assert "MatrixFreeGraphKernel" not in message
+
+
 @pytest.mark.parametrize(("before", "after", "regressed"), [
     (0.7, 0.4, False), (0.7, 0.7, True), (0.4, 0.9, True), (0.7, None, True)])
 def test_the_round_on_walks_redrawn_for_the_whitened_error_is_judged_by_that_error(
