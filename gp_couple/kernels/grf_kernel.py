@@ -94,8 +94,8 @@ from .walk_schedule import (
     whitened_norm,
 )
 
-__all__ = ["DENSE_SOLVE_QUADRATURE_NODES", "DENSE_SOLVE_WORK", "GRFKernel", "PREDICT_WALKERS", "SIGMA_ORDER",
-           "TRAIN_P_HALT", "TRAIN_WALKERS", "WALKER_ROUNDS", "dense_factor_pays", "paired_factor_fits"]
+__all__ = ["DENSE_SOLVE_QUADRATURE_NODES", "DENSE_SOLVE_WORK", "EXACT_KERNEL_NODES", "GRFKernel", "PREDICT_WALKERS",
+           "SIGMA_ORDER", "TRAIN_P_HALT", "TRAIN_WALKERS", "WALKER_ROUNDS", "dense_factor_pays", "paired_factor_fits"]
 
 _LOG = logging.getLogger(__name__)
 
