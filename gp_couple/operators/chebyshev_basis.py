@@ -26,6 +26,8 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
+from ..sparse_pattern import sparse_csr
+
 __all__ = ["BLOCK_ENTRIES", "ChebyshevBasis", "one_hot_columns"]
 
 #: Numbers held by one block of one-hot recurrences (three blocks live at once).
@@ -53,10 +55,9 @@ class ChebyshevBasis:
     def __init__(self, normalized_adjacency: Any) -> None:
         if sp.issparse(normalized_adjacency):
             matrix = sp.csr_matrix(normalized_adjacency, dtype=np.float64)
-            self._matrix = torch.sparse_csr_tensor(
-                torch.from_numpy(matrix.indptr.astype(np.int64)),
-                torch.from_numpy(matrix.indices.astype(np.int64)),
-                torch.from_numpy(np.array(matrix.data, dtype=np.float64)), matrix.shape)
+            self._matrix = sparse_csr(torch.from_numpy(matrix.indptr.astype(np.int64)),
+                                      torch.from_numpy(matrix.indices.astype(np.int64)),
+                                      torch.from_numpy(np.array(matrix.data, dtype=np.float64)), matrix.shape)
         elif isinstance(normalized_adjacency, Tensor) and normalized_adjacency.layout == torch.sparse_csr:
             self._matrix = normalized_adjacency.to(torch.float64)
         else:
@@ -66,9 +67,9 @@ class ChebyshevBasis:
             raise ValueError(f"normalized_adjacency must be square, got shape {tuple(self._matrix.shape)}")
         if self._matrix.values().numel() < 2**31:
             # MKL's sparse kernels take int32 indices: int64 ones are converted on every product.
-            self._matrix = torch.sparse_csr_tensor(self._matrix.crow_indices().to(torch.int32),
-                                                   self._matrix.col_indices().to(torch.int32),
-                                                   self._matrix.values(), self._matrix.shape)
+            self._matrix = sparse_csr(self._matrix.crow_indices().to(torch.int32),
+                                      self._matrix.col_indices().to(torch.int32),
+                                      self._matrix.values(), tuple(self._matrix.shape))
         self._copies: dict[tuple[torch.dtype, torch.device], Tensor] = {}
         self._rank: Tensor | None = None
         self._reset_diagonals(-1)
@@ -247,8 +248,8 @@ class ChebyshevBasis:
         size = int(keep.sum())
         pointer = torch.zeros(size + 1, dtype=torch.int64, device=keep.device)
         pointer[1:] = torch.bincount(local[rows[inside]], minlength=size).cumsum(0)
-        restricted = torch.sparse_csr_tensor(pointer.to(torch.int32), local[columns[inside]].to(torch.int32),
-                                             values[inside], (size, size))
+        restricted = sparse_csr(pointer.to(torch.int32), local[columns[inside]].to(torch.int32), values[inside],
+                                (size, size))
         small = _layout(int(inside.sum()), width) == torch.sparse_coo
         return restricted.to_sparse_coo().coalesce() if small else restricted
 
