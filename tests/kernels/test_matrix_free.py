@@ -155,7 +155,7 @@ def test_state_dicts_transfer_between_graph_kernels():
     matrix_free = MatrixFreeGraphKernel(GRAPH, Diffusion(1.0))
     result = matrix_free.load_state_dict(grf.state_dict(), strict=False)
     assert not result.missing_keys
-    assert float(matrix_free.kernel_family.gamma) == pytest.approx(1.9)
+    assert float(matrix_free.kernel_family.gamma.detach()) == pytest.approx(1.9)
     exact = ExactGraphKernel(GRAPH, Diffusion(0.5))
     exact.load_state_dict(matrix_free.state_dict())
     fresh = MatrixFreeGraphKernel(GRAPH, Diffusion(0.3))
