@@ -603,18 +603,15 @@ class GRFKernel(GraphNodeKernel):
         if undone is not None:
             round_walkers = undone[0]
         # At fixed hyperparameters the whitened error falls like m^(-1/2).
-        needed = (2 * math.ceil(round_walkers * (error / BIAS_EXPANSION_LIMIT) ** 2 / 2)
-                  if BIAS_EXPANSION_LIMIT > 0 else None)
+        needed = 2 * math.ceil(round_walkers * (error / BIAS_EXPANSION_LIMIT) ** 2 / 2)
         cap = self._prediction_walker_cap()
-        if undone is None and needed is not None and needed <= cap:
+        if undone is None and needed <= cap:
             return (f"About {needed} walkers per node (against {round_walkers}) would bring it within the limit at "
                     "these hyperparameters: set predict_walkers in the WalkSchedule to that, lower predict_tolerance, "
                     "or set bias_correction=False")
         if undone is not None:
             reason = (f"A round on {undone[1]} walkers per node (against {round_walkers}) was tried and undone: it "
                       "ended with a larger error, training having moved where the signal-to-noise ratio is higher")
-        elif needed is None:
-            reason = f"No walker count brings it within a limit of {BIAS_EXPANSION_LIMIT:g}"
         else:
             limit = "max_predict_walkers" if cap == self.schedule.max_predict_walkers else "half the memory"
             reason = (f"That would take about {needed} walkers per node (against {round_walkers}), more than the "

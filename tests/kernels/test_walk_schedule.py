@@ -356,7 +356,7 @@ def test_a_kernel_that_trained_with_the_correction_holds_no_second_draw(monkeypa
                  for correct in (True, False)}
     models = {correct: _model(schedule=schedule) for correct, schedule in schedules.items()}
     # A round that ends where the estimate's whitened error passes the limit says so.
-    monkeypatch.setattr(grf_kernel_module, "BIAS_EXPANSION_LIMIT", 0.0)
+    monkeypatch.setattr(grf_kernel_module, "BIAS_EXPANSION_LIMIT", 1e-9)
     with pytest.warns(BiasCorrectionWarning, match="second-order expansion") as caught:
         _fit(models[True])
     assert caught[0].filename == __file__
