@@ -26,7 +26,10 @@ Optimisers (``optimizer=``):
   CG/Lanczos objectives use the same probe vectors each time, and Cholesky ones are exact.
   A line search may probe hyperparameters where the model breaks down (a covariance that
   is not positive definite in floating point, a non-finite loss): such a point counts as
-  worse than the last accepted one, and the search steps back.
+  worse than the last accepted one, and the search steps back. So does, unevaluated, a
+  trial point that changes a parameter in logarithmic coordinates by more than
+  :attr:`Convergence.step_factor` (a factor of 10) from the last accepted point: a trust
+  region on the quasi-Newton step.
 
 The stopping rule (:class:`Convergence`) is stated in terms of the loss and the
 parameters: training has converged when the loss changed by at most ``loss_tolerance``
@@ -96,6 +99,11 @@ class Convergence:
         (SciPy's ``maxls``); a line search that finds no decrease within them after an
         iteration that met the loss and parameter tests, or from a point that meets the
         gradient test, ends training as converged.
+    :ivar step_factor: L-BFGS only: largest factor by which one trial point may change a
+        parameter optimised in logarithmic coordinates, from the last accepted point (a trust
+        region on the quasi-Newton step). A trial point beyond it is refused unevaluated, as
+        worse than the last accepted point, and the line search steps back (``math.inf``: no
+        limit).
     """
 
     loss_tolerance: float = 1e-4
@@ -103,6 +111,7 @@ class Convergence:
     window: int = 20
     gradient_tolerance: float = 1e-3
     line_search_evaluations: int = 8
+    step_factor: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("loss_tolerance", "parameter_tolerance", "gradient_tolerance"):
@@ -114,6 +123,9 @@ class Convergence:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(self.step_factor, bool) or not isinstance(self.step_factor, (int, float)) \
+                or not self.step_factor > 1:
+            raise ValueError(f"step_factor must be a float above 1 (math.inf: no limit), got {self.step_factor!r}")
 
     def reached(self, loss_change: float, loss: float, parameter_change: float) -> bool:
         """Whether a loss change and a parameter change are within the tolerances."""
@@ -333,15 +345,21 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
     evaluated: dict[str, Any] = {}
     state: dict[str, Any] = {"settled": False, "searching": 0}
 
+    step_limit = math.log(convergence.step_factor)
+
+    def worse() -> tuple[float, np.ndarray]:
+        # A trial point refused: reported as worse than the last accepted point, with that
+        # point's gradient, so that the line search steps back. (An infinite value would let
+        # SciPy's relative-reduction test stop there as converged.)
+        return state["value"] + max(1.0, abs(state["value"])), state["gradient"]
+
     def refused(error: Exception) -> tuple[float, np.ndarray]:
         # A trial point where the model breaks down (a covariance that is not positive definite
-        # in floating point, a non-finite loss) lies outside its domain: report it as worse than
-        # the last accepted point, with that point's gradient, so that the line search steps back.
-        # (An infinite value would let SciPy's relative-reduction test stop there as converged.)
-        # At the starting point there is nothing to step back to.
+        # in floating point, a non-finite loss) lies outside its domain. At the starting point
+        # there is nothing to step back to.
         if "x" not in state:
             raise error
-        return state["value"] + max(1.0, abs(state["value"])), state["gradient"]
+        return worse()
 
     def value_and_gradient(z: np.ndarray) -> tuple[float, np.ndarray]:
         if "z" in evaluated and np.array_equal(z, evaluated["z"]):
@@ -351,6 +369,12 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         state["searching"] += 1
         if state["settled"] and state["searching"] > convergence.line_search_evaluations:
             raise _AtRoundingNoise
+        if "x" in state and float(np.abs(z - state["x"])[coordinates.mask].max(initial=0.0)) > step_limit:
+            # Beyond the trust region, unevaluated: far from the points it was built on, the
+            # quasi-Newton model extrapolates (L-BFGS-B's first step along the raw gradient, a
+            # step that sends the output scale and the noise to their bounds at once), and there
+            # the covariance can be so ill-conditioned that one evaluation costs more than training.
+            return worse()
         assign(z)
         for parameter in parameters:
             parameter.grad = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import gpytorch
@@ -124,6 +125,46 @@ def test_positive_hyperparameters_are_optimised_in_log_coordinates():
     assert len(raw) > len(history)
 
 
+def test_lbfgs_never_evaluates_a_trial_point_beyond_its_trust_region():
+    """No trial point changes a positive hyperparameter by more than ``step_factor`` from the last accepted point.
+
+    The loss is quadratic in log(value) with its optimum at 1000 from 0.6931, with a steep
+    gradient: L-BFGS-B's first step along the gradient alone would multiply the value by
+    about e^29. Trial points that far are refused unevaluated; the optimum is still reached.
+    """
+    module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+    module.double()
+    target = math.log(1e3)
+    accepted = [float(module.outputscale.detach())]
+    ratios = []
+
+    def objective():
+        value = module.outputscale
+        ratios.append(abs(math.log(float(value.detach()) / accepted[-1])))
+        return 2.0 * (value.log() - target) ** 2
+
+    def record(step, loss):
+        accepted.append(float(module.outputscale.detach()))
+
+    rule = Convergence(loss_tolerance=1e-12, parameter_tolerance=1e-6, gradient_tolerance=1e-8)
+    parameters = {"raw_outputscale": module.raw_outputscale}
+    constraints = {"raw_outputscale": module.raw_outputscale_constraint}
+    history = minimize(objective, parameters, iterations=100, optimizer="lbfgs", convergence=rule,
+                       constraints=constraints, callback=record)
+    assert history.converged
+    assert float(module.outputscale.detach()) == pytest.approx(1e3, rel=1e-5)
+    assert max(ratios) <= math.log(rule.step_factor) + 1e-9
+    assert len(history) - 1 >= math.ceil((target - math.log(0.6931)) / math.log(rule.step_factor))
+    module.initialize(outputscale=0.6931)
+    ratios.clear()
+    accepted[:] = [0.6931]
+    unlimited = Convergence(loss_tolerance=1e-12, parameter_tolerance=1e-6, gradient_tolerance=1e-8,
+                            step_factor=math.inf)
+    minimize(objective, parameters, iterations=100, optimizer="lbfgs", convergence=unlimited,
+             constraints=constraints, callback=record)
+    assert max(ratios) > math.log(rule.step_factor)
+
+
 def test_parameter_constraints_names_every_constrained_parameter():
     likelihood = gpytorch.likelihoods.GaussianLikelihood()
     model = GraphGP(torch.arange(4), torch.zeros(4), likelihood,
@@ -157,7 +198,8 @@ def test_a_line_search_at_the_rounding_noise_ends_training_as_converged():
 
 @pytest.mark.parametrize("kwargs", [{"loss_tolerance": 0.0}, {"parameter_tolerance": float("inf")},
                                     {"window": 0}, {"window": 2.5}, {"line_search_evaluations": 0},
-                                    {"line_search_evaluations": True}])
+                                    {"line_search_evaluations": True}, {"step_factor": 1.0},
+                                    {"step_factor": float("nan")}, {"step_factor": True}])
 def test_convergence_validates_its_tolerances(kwargs):
     with pytest.raises(ValueError):
         Convergence(**kwargs)
