@@ -42,6 +42,8 @@ block Krylov with a residual bound above). Methods, each in a fresh subprocess:
   exact GP's own 95 % likelihood-ratio interval for one parameter; a small gap with a large
   hyperparameter ratio means the data do not identify that hyperparameter). Only where the
   training loss is a dense factor (at most ``max_cholesky_size`` training points);
+* ``auto``: :func:`gp_couple.recipes.fit_graph_gp` with its defaults (the kernel chosen by
+  the graph's size, :func:`gp_couple.recipes.choose_graph_kernel`; the row names it);
 * ``adam300`` (the schedule this replaced, for its wall time): 48 antithetic repelling
   walkers at p_halt 0.1 with ``schedule=None``, 300 Adam steps (lr 0.05), then 512
   σ-coupled prediction walkers at the same p_halt.
@@ -78,7 +80,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _measure import dispatch_worker, emit_report, run_in_subprocess  # noqa: E402
 from bench_graph_gp_accuracy import problem  # noqa: E402
 
-METHODS = ("recipe", "exact", "recipe_at_exact", "exact_at_recipe", "defaults", "exact_at_defaults", "adam300")
+METHODS = ("recipe", "exact", "recipe_at_exact", "exact_at_recipe", "defaults", "exact_at_defaults", "adam300", "auto")
 #: Problems that read the data directory.
 DATA_PROBLEMS = ("mesh:", "traffic", "prior:")
 
@@ -164,7 +166,7 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
 
     from gp_couple import Diffusion, GRFKernel, WalkSchedule, fit_gp, grf_gp_settings, predict
     from gp_couple.evaluation import nlpd, rmse
-    from gp_couple.recipes import fit_grf_gp
+    from gp_couple.recipes import fit_graph_gp, fit_grf_gp
 
     graph, signal, observed, train, test = problem(spec, seed)
     settings = settings or {}
@@ -173,7 +175,11 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
     result: dict[str, Any] = {"method": method}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if method == "recipe":
+        if method == "auto":
+            model, likelihood = fit_graph_gp(graph, train, observed[train], predict_nodes=test, iterations=iterations,
+                                             seed=seed)
+            result.update(kernel=type(model.covar_module.base_kernel).__name__)
+        elif method == "recipe":
             model, likelihood = fit_grf_gp(graph, train, observed[train], predict_nodes=test, iterations=iterations,
                                            seed=seed)
         elif method == "recipe_at_exact":

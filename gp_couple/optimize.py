@@ -36,15 +36,18 @@ parameters: training has converged when the loss changed by at most ``loss_toler
 (relative to :math:`\max(1, |\text{loss}|)`) and no parameter moved by more than
 ``parameter_tolerance`` — between consecutive L-BFGS iterations (where, in addition, no
 gradient entry may exceed ``gradient_tolerance``), or between the means of two
-consecutive windows of ``window`` Adam steps (whose losses are noisy). L-BFGS also stops
-when SciPy's own tests (projected gradient, relative reduction) are met where the gradient
-projected on the bounds meets the gradient test, or is so small that no move within
-``parameter_tolerance`` could lower the loss by ``loss_tolerance``; and when a line search
-finds no decrease at the objective's rounding noise (after an iteration that met the loss
-and parameter tests, or from a point that meets the gradient test). Any other end SciPy
-reports before the rule holds (an abnormal line search, usually a gradient that disagrees
-with the value; tiny steps far from a stationary point) is not convergence, and
-:func:`minimize` warns.
+consecutive windows of ``window`` Adam steps (whose losses are noisy). SciPy's
+relative-reduction test (``ftol``) is off: it compares two consecutive losses only, and
+L-BFGS-B's first step on a boxed problem is the raw gradient, which in an ill-conditioned
+valley (a GP's range against its noise, on thousands of observations) the line search
+shortens to a loss reduction of :math:`10^{-7}` far from the optimum. L-BFGS also stops
+when SciPy's projected-gradient test is met where the gradient projected on the bounds
+meets the gradient test, or is so small that no move within ``parameter_tolerance`` could
+lower the loss by ``loss_tolerance``; and when a line search finds no decrease at the
+objective's rounding noise (after an iteration that met the loss and parameter tests, or
+from a point that meets the gradient test). Any other end SciPy reports before the rule
+holds (an abnormal line search, usually a gradient that disagrees with the value) is not
+convergence, and :func:`minimize` warns.
 """
 
 from __future__ import annotations
@@ -420,7 +423,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
     try:
         result = optimize.minimize(value_and_gradient, start, jac=True, method="L-BFGS-B",
                                    bounds=coordinates.bounds, callback=after_iteration,
-                                   options={"maxiter": int(iterations), "ftol": convergence.loss_tolerance * 1e-2,
+                                   options={"maxiter": int(iterations), "ftol": 0.0,
                                             "gtol": 1e-8, "maxls": convergence.line_search_evaluations})
         status, message, final = result.status, str(result.message), result.x
     except _AtRoundingNoise:
@@ -450,8 +453,8 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         history.converged = True
         history.reason = "converged (no decrease beyond the objective's rounding noise)"
     elif status != 1 and len(history) - 1 < iterations:
-        # SciPy's own tests (e.g. a relative reduction of the loss below ftol) met where the
-        # gradient test is not is no convergence either.
+        # SciPy's own ends (an abnormal line search where the last iteration did not meet the
+        # loss and parameter tests) where the gradient test is not met are no convergence either.
         history.reason = message
 
 

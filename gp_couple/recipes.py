@@ -1,4 +1,4 @@
-r"""The recommended GRF-GP in one call: :func:`fit_grf_gp`.
+r"""Graph GPs in one call: :func:`fit_graph_gp` (the model chosen by size) and :func:`fit_grf_gp`.
 
 A :class:`~gp_couple.kernels.grf_kernel.GRFKernel` with its default
 :class:`~gp_couple.kernels.walk_schedule.WalkSchedule`, trained by
@@ -9,10 +9,20 @@ walks that follow the learnt range, and ends with :math:`\sigma`-coupled predict
 the observed and predicted nodes, and trains it with L-BFGS under
 :func:`gp_couple.settings.grf_gp_settings`. ``benchmarks/RESULTS.md`` has the measurements
 against the exact GP trained to the same convergence criterion.
+
+:func:`fit_graph_gp` is the entry point for users who do not want to choose: it trains the
+exact GP with the matrix-free kernel
+(:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`) on graphs of up to
+:data:`MATRIX_FREE_MAX_NODES` nodes, where that is the cheaper model at the same
+accuracy, and the GRF recipe above, where the GRF-GP's cost grows with the observed and
+predicted nodes and not with the graph (:func:`choose_graph_kernel` says which, and why).
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 import gpytorch
@@ -24,7 +34,10 @@ from ._random import SeedLike, draw_seed
 from .devices import resolve_device
 from .graphs import Graph
 from .kernel_families import Diffusion, KernelFamily
+from .kernels.exact_graph import ExactGraphKernel
+from .kernels.graph_node import GraphNodeKernel
 from .kernels.grf_kernel import TRAIN_P_HALT, TRAIN_WALKERS, GRFKernel
+from .kernels.matrix_free import MatrixFreeGraphKernel
 from .kernels.walk_schedule import (
     EXPANSION_TARGET,
     MAX_PHASES,
@@ -42,7 +55,13 @@ from .models import GraphGP, fit_gp
 from .optimize import Convergence
 from .settings import grf_gp_settings
 
-__all__ = ["fit_grf_gp"]
+__all__ = ["GRAPH_KERNELS", "MATRIX_FREE_MAX_NODES", "choose_graph_kernel", "fit_graph_gp", "fit_grf_gp"]
+
+_logger = logging.getLogger(__name__)
+
+#: Largest graph (nodes) on which :func:`choose_graph_kernel` picks the matrix-free exact
+#: kernel rather than the GRF recipe.
+MATRIX_FREE_MAX_NODES = 100_000
 
 
 def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
@@ -105,10 +124,7 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
     :raises TypeError: If ``graph`` is not a :class:`~gp_couple.graphs.Graph` (e.g. a networkx graph).
     :raises ValueError: If a walker count is odd or an argument is out of range.
     """
-    if not isinstance(graph, Graph):
-        hint = (" (convert a networkx graph with gp_couple.Graph.from_networkx(graph); its nodes are numbered "
-                "in graph.nodes order)" if type(graph).__module__.startswith("networkx") else "")
-        raise TypeError(f"graph must be a gp_couple Graph, got {type(graph).__name__}{hint}")
+    _check_graph(graph)
     schedule = WalkSchedule(train_tolerance=train_tolerance, max_train_walkers=max_train_walkers, phases=phases,
                             predict_walkers=predict_walkers, predict_tolerance=predict_tolerance,
                             max_predict_walkers=max_predict_walkers, sigma_fit_samples=sigma_fit_samples,
@@ -120,10 +136,139 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
     base = GRFKernel(graph, num_walkers=train_walkers, p_halt=p_halt, coupling="antithetic",
                      directions="repelling", kernel_family=Diffusion(1.0) if kernel_family is None else kernel_family,
                      nodes=rows, seed=base_seed, schedule=schedule)
+    return _train(base, train, train_targets, iterations=iterations, optimizer=optimizer, lr=lr,
+                  convergence=convergence, seed=base_seed, device=device)
+
+
+def choose_graph_kernel(graph: Graph) -> str:
+    r"""The graph kernel :func:`fit_graph_gp` trains when asked for ``kernel="auto"``.
+
+    ``"matrix_free"`` (:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`, the
+    exact GP) on graphs of at most :data:`MATRIX_FREE_MAX_NODES` nodes, ``"grf"`` (the GRF
+    recipe, :func:`fit_grf_gp`) above. Both reach the exact GP's accuracy where they are
+    chosen; the rule picks the cheaper. The matrix-free kernel's products cost the graph's
+    edges times the Chebyshev degree, whatever the observed nodes; the GRF-GP's cost grows
+    with the observed and predicted nodes and the walks' reach, not with the graph, and
+    pays for that with walks and a dense factor of the training covariance. Measured on
+    grids with :math:`10^4` nodes observed, both models trained to convergence
+    (``benchmarks/RESULTS.md``, "One call for every graph size"), the exact GP was the
+    cheaper on graphs of :math:`2 \cdot 10^4` nodes, the two cost the same at
+    :math:`10^5`, and the GRF-GP was the cheaper above (4 times at
+    :math:`3 \cdot 10^5` nodes, 14 times at :math:`10^6`); at equal cost the exact GP is
+    preferred.
+
+    :param graph: The graph.
+    :return: ``"matrix_free"`` or ``"grf"``.
+    """
+    return "matrix_free" if graph.num_nodes <= MATRIX_FREE_MAX_NODES else "grf"
+
+
+def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
+                 kernel: str = "auto", kernel_family: KernelFamily | None = None, iterations: int = 200,
+                 optimizer: str = "lbfgs", lr: float = 0.05, convergence: Convergence | None = None,
+                 grf_options: Mapping[str, Any] | None = None, seed: SeedLike = 0,
+                 device: torch.device | str | None = None) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood]:
+    r"""Train the graph GP that is cheapest at the exact GP's accuracy for this graph, and make it ready to predict.
+
+    A :class:`~gp_couple.models.GraphGP` with a ``ScaleKernel`` around the chosen graph
+    kernel and a Gaussian likelihood, trained to convergence by
+    :func:`gp_couple.models.fit_gp` (L-BFGS by default) under
+    :func:`gp_couple.settings.grf_gp_settings`, from gpytorch's initial hyperparameters
+    (output scale and noise about 0.69) and ``kernel_family``'s. Predict with
+    :func:`gp_couple.models.predict` inside :func:`gp_couple.settings.grf_gp_settings`.
+
+    :param graph: The graph.
+    :param train_nodes: Observed node indices.
+    :param train_targets: Observations (standardise them: the mean is zero).
+    :param predict_nodes: Nodes that will be predicted (the GRF kernel draws walks only from
+        the training and these nodes; the exact kernels predict any node).
+    :param kernel: ``"auto"`` (:func:`choose_graph_kernel`), ``"matrix_free"``
+        (:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`), ``"exact"``
+        (:class:`~gp_couple.kernels.exact_graph.ExactGraphKernel`, a dense
+        eigendecomposition: graphs of at most :data:`gp_couple.exact.DENSE_LIMIT` nodes)
+        or ``"grf"`` (:func:`fit_grf_gp`).
+    :param kernel_family: Kernel family and initial hyperparameters (default
+        :class:`~gp_couple.kernel_families.Diffusion` with :math:`\gamma = 1`).
+    :param iterations: Most optimiser iterations (per phase for the GRF kernel).
+    :param optimizer: ``"lbfgs"`` (default) or ``"adam"``.
+    :param lr: Adam learning rate.
+    :param convergence: Stopping rule (default :class:`gp_couple.optimize.Convergence`).
+    :param grf_options: Further keyword arguments of :func:`fit_grf_gp` (walker counts,
+        tolerances, ...), used when the GRF kernel is trained; only with ``kernel`` ``"grf"``
+        or ``"auto"``.
+    :param seed: Seed of the CG probes (and of the GRF kernel's walks).
+    :param device: Torch device of the model (default the CPU).
+    :return: ``(model, likelihood)``; ``model.covar_module.base_kernel`` is the kernel trained.
+    :raises TypeError: If ``graph`` is not a :class:`~gp_couple.graphs.Graph`, or
+        ``grf_options`` is not a mapping.
+    :raises ValueError: If ``kernel`` is not one of :data:`GRAPH_KERNELS`, ``grf_options``
+        names an argument :func:`fit_grf_gp` does not take (or is given with an exact kernel),
+        ``kernel="exact"`` is asked for on a graph above the dense limit, or an argument is
+        out of range.
+    """
+    _check_graph(graph)
+    if kernel not in GRAPH_KERNELS:
+        raise ValueError(f"kernel must be one of {GRAPH_KERNELS}, got {kernel!r}")
+    options = _grf_options(grf_options, kernel)
+    chosen = choose_graph_kernel(graph) if kernel == "auto" else kernel
+    if kernel == "auto":
+        _logger.info("fit_graph_gp: the %s kernel for a graph of %d nodes (matrix-free up to %d)", chosen,
+                     graph.num_nodes, MATRIX_FREE_MAX_NODES)
+    family = Diffusion(1.0) if kernel_family is None else kernel_family
+    if chosen == "grf":
+        return fit_grf_gp(graph, train_nodes, train_targets, predict_nodes=predict_nodes, iterations=iterations,
+                          optimizer=optimizer, lr=lr, convergence=convergence, kernel_family=family, seed=seed,
+                          device=device, **options)
+    train = node_index_array(train_nodes, "train_nodes", graph.num_nodes)
+    node_index_array(predict_nodes, "predict_nodes", graph.num_nodes)
+    base = (MatrixFreeGraphKernel(graph, family) if chosen == "matrix_free"
+            else ExactGraphKernel(graph, family))
+    return _train(base, train, train_targets, iterations=iterations, optimizer=optimizer, lr=lr,
+                  convergence=convergence, seed=draw_seed(seed), device=device)
+
+
+def _check_graph(graph: Any) -> None:
+    if not isinstance(graph, Graph):
+        hint = (" (convert a networkx graph with gp_couple.Graph.from_networkx(graph); its nodes are numbered "
+                "in graph.nodes order)" if type(graph).__module__.startswith("networkx") else "")
+        raise TypeError(f"graph must be a gp_couple Graph, got {type(graph).__name__}{hint}")
+
+
+def _grf_options(grf_options: Mapping[str, Any] | None, kernel: str) -> dict[str, Any]:
+    """``grf_options`` checked against :func:`fit_grf_gp`'s keyword arguments that :func:`fit_graph_gp` leaves open."""
+    if grf_options is None:
+        return {}
+    if not isinstance(grf_options, Mapping):
+        raise TypeError(f"grf_options must be a mapping of fit_grf_gp arguments, got {type(grf_options).__name__}")
+    if grf_options and kernel not in ("auto", "grf"):
+        raise ValueError(f"grf_options are arguments of the GRF kernel's training; kernel={kernel!r} does not use "
+                         f"them")
+    unknown = sorted(set(grf_options) - set(GRF_OPTIONS))
+    if unknown:
+        raise ValueError(f"grf_options has arguments fit_grf_gp does not take here: {unknown} (it takes "
+                         f"{sorted(GRF_OPTIONS)})")
+    return dict(grf_options)
+
+
+def _train(base: GraphNodeKernel, train: np.ndarray, train_targets: Any, *, iterations: int, optimizer: str,
+           lr: float, convergence: Convergence | None, seed: int,
+           device: torch.device | str | None) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood]:
+    """``GraphGP(train, train_targets, ScaleKernel(base))`` with a Gaussian likelihood, on ``device``, trained by
+    :func:`gp_couple.models.fit_gp` under :func:`gp_couple.settings.grf_gp_settings`."""
     device = resolve_device(device)
     likelihood = gpytorch.likelihoods.GaussianLikelihood().to(device)
     model = GraphGP(train, train_targets, likelihood, gpytorch.kernels.ScaleKernel(base).to(device))
     with grf_gp_settings():
         fit_gp(model, likelihood, iterations=iterations, lr=lr, optimizer=optimizer,
-               convergence=Convergence() if convergence is None else convergence, seed=base_seed)
+               convergence=Convergence() if convergence is None else convergence, seed=seed)
     return model, likelihood
+
+
+#: The kernels :func:`fit_graph_gp` trains (``"auto"`` chooses by :func:`choose_graph_kernel`).
+GRAPH_KERNELS = ("auto", "matrix_free", "exact", "grf")
+
+#: :func:`fit_grf_gp`'s arguments that :func:`fit_graph_gp` passes on from ``grf_options``.
+GRF_OPTIONS = tuple(name for name, parameter in inspect.signature(fit_grf_gp).parameters.items()
+                    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+                    and name not in ("predict_nodes", "iterations", "optimizer", "lr", "convergence", "kernel_family",
+                                     "seed", "device"))

@@ -322,3 +322,21 @@ def test_scipys_relative_reduction_test_is_no_convergence_where_the_gradient_is_
         warnings.simplefilter("error", TrainingWarning)
         at_bound = minimize(lambda: (-upper).sum(), {"upper": upper}, iterations=20, optimizer="lbfgs")
     assert at_bound.converged
+
+
+def test_lbfgs_does_not_stop_on_its_short_first_step_in_an_ill_conditioned_valley():
+    """L-BFGS-B's first step on a boxed problem is the raw gradient; in a valley whose curvatures
+    differ by 10^5 (the range against the noise of a GP on 10^4 nodes) the line search shortens
+    it to a loss reduction of 10^-7. SciPy's relative-reduction test must not end the run there:
+    the stopping rule (loss, parameters and gradient) decides, and the soft coordinate reaches
+    its optimum, 1.4 away, instead of staying where it started."""
+    x = torch.nn.Parameter(torch.tensor([2.5e-5, 0.0], dtype=torch.float64))
+
+    def valley():
+        return 1.0 + 0.5 * 100.0 * x[0] ** 2 + 0.5 * 1.6e-3 * (x[1] - 1.4) ** 2
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingWarning)
+        history = minimize(valley, {"x": x}, iterations=100, optimizer="lbfgs")
+    assert history.converged
+    assert abs(float(x.detach()[1]) - 1.4) < 1e-3 and history[-1] - 1.0 < 1e-8
