@@ -40,12 +40,11 @@ consecutive windows of ``window`` Adam steps (whose losses are noisy). SciPy's
 relative-reduction test (``ftol``) is off: it compares two consecutive losses only, and
 L-BFGS-B's first step on a boxed problem is the raw gradient, which in an ill-conditioned
 valley (a GP's range against its noise, on thousands of observations) the line search
-shortens to a loss reduction of :math:`10^{-7}` far from the optimum. L-BFGS also stops
-when SciPy's projected-gradient test is met where the gradient projected on the bounds
-meets the gradient test, or is so small that no move within ``parameter_tolerance`` could
-lower the loss by ``loss_tolerance``; and when a line search finds no decrease at the
-objective's rounding noise (after an iteration that met the loss and parameter tests, or
-from a point that meets the gradient test). Any other end SciPy reports before the rule
+shortens to a negligible loss reduction far from the optimum. L-BFGS also stops when
+SciPy's projected-gradient test is met where the gradient projected on the bounds meets
+the gradient test, and when a line search finds no decrease at the objective's rounding
+noise (after an iteration that met the loss and parameter tests, or from a point that
+meets the gradient test). Any other end SciPy reports before the rule
 holds (an abnormal line search, usually a gradient that disagrees with the value) is not
 convergence, and :func:`minimize` warns.
 """
@@ -441,10 +440,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
     gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
     scale = max(1.0, abs(state["value"]))
     stationary = float(np.abs(gradient).max(initial=0.0)) <= convergence.gradient_tolerance * scale
-    # Where SciPy stopped because the loss no longer falls: no move within the parameter
-    # tolerance could lower it by more than the loss tolerance.
-    flat = float(np.abs(gradient).sum()) * convergence.parameter_tolerance <= convergence.loss_tolerance * scale
-    if status == 0 and (stationary or flat):
+    if status == 0 and stationary:
         history.converged, history.reason = True, message
     elif status == 2 and (state["settled"] or stationary):
         # A line search found no decrease after an iteration that met the loss and parameter

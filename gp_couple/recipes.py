@@ -149,13 +149,9 @@ def choose_graph_kernel(graph: Graph) -> str:
     chosen; the rule picks the cheaper. The matrix-free kernel's products cost the graph's
     edges times the Chebyshev degree, whatever the observed nodes; the GRF-GP's cost grows
     with the observed and predicted nodes and the walks' reach, not with the graph, and
-    pays for that with walks and a dense factor of the training covariance. Measured on
-    grids with :math:`10^4` nodes observed, both models trained to convergence
-    (``benchmarks/RESULTS.md``, "One call for every graph size"), the exact GP was the
-    cheaper on graphs of :math:`2 \cdot 10^4` nodes, the two cost the same at
-    :math:`10^5`, and the GRF-GP was the cheaper above (4 times at
-    :math:`3 \cdot 10^5` nodes, 14 times at :math:`10^6`); at equal cost the exact GP is
-    preferred.
+    pays for that with walks and a dense factor of the training covariance. The limit is
+    the measured crossover of the two, both trained to convergence
+    (``benchmarks/RESULTS.md``, "One call for every graph size").
 
     :param graph: The graph.
     :return: ``"matrix_free"`` or ``"grf"``.
