@@ -49,7 +49,7 @@ block Krylov with a residual bound above). Methods, each in a fresh subprocess:
   σ-coupled prediction walkers at the same p_halt.
 
 Problems are those of ``bench_graph_gp_accuracy.py`` (``bumpy``, ``grid:RxC``,
-``icosphere:K``, ``mesh:NAME``, ``prior:GAMMA:GRAPH``, ``traffic``). ``mesh:NAME``,
+``icosphere:K``, ``mesh:NAME``, ``prior:GAMMA:GRAPH[@OBSERVED]``, ``traffic``). ``mesh:NAME``,
 ``traffic`` and ``prior:GAMMA:traffic`` (a prior draw on the weighted road graph) read
 ``--data-dir`` (or ``$GP_COUPLE_DATA``); without the data they are skipped with the reason.
 
@@ -264,7 +264,8 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
 
 def missing_data(spec: str) -> str | None:
     """Why the data of ``spec`` cannot be read (``None`` if they can, or it needs none)."""
-    if not spec.startswith(DATA_PROBLEMS) or (spec.startswith("prior:") and not spec.endswith(":traffic")):
+    graph_spec = spec.partition("@")[0]
+    if not spec.startswith(DATA_PROBLEMS) or (spec.startswith("prior:") and not graph_spec.endswith(":traffic")):
         return None
     try:
         problem(spec, 0)

@@ -29,7 +29,17 @@ Optimisers (``optimizer=``):
   worse than the last accepted one, and the search steps back. So does, unevaluated, a
   trial point that changes a parameter in logarithmic coordinates by more than
   :attr:`Convergence.step_factor` (a factor of 10) from the last accepted point: a trust
-  region on the quasi-Newton step.
+  region on the quasi-Newton step. Logarithmic coordinates have one trap: a parameter
+  that a step has taken to within a small distance of a positive lower bound (a
+  Gaussian likelihood's noise on gpytorch's floor of :math:`10^{-4}`) sees a gradient of
+  that distance times the loss's slope, so the loss is flat there in :math:`z` and every
+  test of the stopping rule holds, however much lower the loss is a little above the floor
+  (the "noise-floor basin" of GP training on few or sparse observations). A run that ends
+  with a parameter closer to its positive bound than the bound itself therefore probes it
+  at distances of 1, 10, 100, ... times the bound (the others held) while the loss falls,
+  and, where that lowers the loss by more than ``loss_tolerance``, goes on from the lowest
+  point (at most :data:`FLOOR_ESCAPES` times; a loss that rises above the floor costs two
+  evaluations).
 
 The stopping rule (:class:`Convergence`) is stated in terms of the loss and the
 parameters: training has converged when the loss changed by at most ``loss_tolerance``
@@ -66,8 +76,8 @@ from torch import Tensor
 from ._random import SeedLike, draw_seed, seeded_torch_rng
 from .progress import progress
 
-__all__ = ["Convergence", "OPTIMIZERS", "TrainingHistory", "TrainingWarning", "check_ending", "check_schedule",
-           "check_training", "minimize", "parameter_constraints"]
+__all__ = ["Convergence", "FLOOR_ESCAPES", "OPTIMIZERS", "TrainingHistory", "TrainingWarning", "check_ending",
+           "check_schedule", "check_training", "minimize", "parameter_constraints"]
 
 #: The optimisers :func:`minimize` knows.
 OPTIMIZERS = ("adam", "lbfgs")
@@ -75,6 +85,10 @@ OPTIMIZERS = ("adam", "lbfgs")
 #: softplus(-15) = 3e-7 (noise keeps gpytorch's floor of 1e-4 above it) to 1e4. A parameter
 #: optimised in logarithmic coordinates has the same box on its value above the lower bound.
 LBFGS_BOUNDS = (-15.0, 1e4)
+#: Most times one L-BFGS run restarts from a point that lifts a parameter off its floor.
+FLOOR_ESCAPES = 3
+#: Most probes above a floor per escape: distances to the bound of 1, 10, 100, ... times the bound.
+_FLOOR_PROBES = 5
 #: A run is reported when its last loss exceeds its first by this fraction of max(1, |first|)
 #: (plus three standard deviations of the step-to-step noise of stochastic losses).
 _DIVERGENCE_TOLERANCE = 0.01
@@ -330,14 +344,19 @@ class _Coordinates:
         return derivative
 
 
-def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter], logarithmic: list[bool],
+def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter], floors: list[Tensor | None],
            iterations: int, convergence: Convergence, callback: Callable[[int, float], bool | None] | None,
            history: TrainingHistory, seed: int) -> None:
     from scipy import optimize
 
     sizes = [parameter.numel() for parameter in parameters]
     splits = np.cumsum(sizes)[:-1]
-    coordinates = _Coordinates(parameters, logarithmic)
+    coordinates = _Coordinates(parameters, [floor is not None for floor in floors])
+    # Each logarithmic entry's lower bound (0 elsewhere): where it is positive, the floor can hold L-BFGS.
+    floor = np.concatenate([np.zeros(size) if bound is None
+                            else bound.detach().double().cpu().expand(parameter.shape).reshape(-1).numpy()
+                            for bound, parameter, size in zip(floors, parameters, sizes)]) \
+        if parameters else np.zeros(0)
 
     def assign(z: np.ndarray) -> None:
         with torch.no_grad():
@@ -363,20 +382,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             raise error
         return worse()
 
-    def value_and_gradient(z: np.ndarray) -> tuple[float, np.ndarray]:
-        if "z" in evaluated and np.array_equal(z, evaluated["z"]):
-            # SciPy evaluates its starting point again.
-            assign(z)
-            return evaluated["value"], evaluated["gradient"]
-        state["searching"] += 1
-        if state["settled"] and state["searching"] > convergence.line_search_evaluations:
-            raise _AtRoundingNoise
-        if "x" in state and float(np.abs(z - state["x"])[coordinates.mask].max(initial=0.0)) > step_limit:
-            # Beyond the trust region, unevaluated: far from the points it was built on, the
-            # quasi-Newton model extrapolates (L-BFGS-B's first step along the raw gradient, a
-            # step that sends the output scale and the noise to their bounds at once), and there
-            # the covariance can be so ill-conditioned that one evaluation costs more than training.
-            return worse()
+    def evaluate(z: np.ndarray) -> tuple[float, np.ndarray]:
         assign(z)
         for parameter in parameters:
             parameter.grad = None
@@ -398,10 +404,21 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         evaluated["gradient"] = gradient.detach().double().cpu().numpy() * coordinates.raw_derivative(z)
         return value, evaluated["gradient"]
 
-    start = coordinates.from_raw(_flat(parameters).numpy())
-    value_and_gradient(start)
-    history.append(evaluated["value"])
-    state.update(x=start, value=evaluated["value"], gradient=evaluated["gradient"], searching=0)
+    def value_and_gradient(z: np.ndarray) -> tuple[float, np.ndarray]:
+        if "z" in evaluated and np.array_equal(z, evaluated["z"]):
+            # SciPy evaluates its starting point again.
+            assign(z)
+            return evaluated["value"], evaluated["gradient"]
+        state["searching"] += 1
+        if state["settled"] and state["searching"] > convergence.line_search_evaluations:
+            raise _AtRoundingNoise
+        if "x" in state and float(np.abs(z - state["x"])[coordinates.mask].max(initial=0.0)) > step_limit:
+            # Beyond the trust region, unevaluated: far from the points it was built on, the
+            # quasi-Newton model extrapolates (L-BFGS-B's first step along the raw gradient, a
+            # step that sends the output scale and the noise to their bounds at once), and there
+            # the covariance can be so ill-conditioned that one evaluation costs more than training.
+            return worse()
+        return evaluate(z)
 
     def after_iteration(intermediate_result: optimize.OptimizeResult) -> None:
         value = float(intermediate_result.fun)
@@ -419,39 +436,84 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             history.converged, history.reason = True, "converged"
             raise StopIteration
 
-    try:
-        result = optimize.minimize(value_and_gradient, start, jac=True, method="L-BFGS-B",
-                                   bounds=coordinates.bounds, callback=after_iteration,
-                                   options={"maxiter": int(iterations), "ftol": 0.0,
-                                            "gtol": 1e-8, "maxls": convergence.line_search_evaluations})
-        status, message, final = result.status, str(result.message), result.x
-    except _AtRoundingNoise:
-        status, message, final = 2, "line search", state["x"]
-    # SciPy returns the last point it accepted, not the last one evaluated.
-    assign(final)
-    history.steepest = float(np.abs(state["gradient"]).max(initial=0.0))
-    if history.reason != "iterations":
-        return
-    # The gradient test at the last accepted point, projected on the bounds (an entry at a bound
-    # whose gradient points out of the box is stationary there).
-    gradient, at = state["gradient"].copy(), state["x"]
-    lower = np.array([low for low, _ in coordinates.bounds], dtype=np.float64)
-    upper = np.array([high for _, high in coordinates.bounds], dtype=np.float64)
-    gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
-    scale = max(1.0, abs(state["value"]))
-    stationary = float(np.abs(gradient).max(initial=0.0)) <= convergence.gradient_tolerance * scale
-    if status == 0 and stationary:
-        history.converged, history.reason = True, message
-    elif status == 2 and (state["settled"] or stationary):
-        # A line search found no decrease after an iteration that met the loss and parameter
-        # tests, or from a point that meets the gradient test (e.g. a phase that starts where
-        # the last one converged): the loss is at its rounding noise there.
-        history.converged = True
-        history.reason = "converged (no decrease beyond the objective's rounding noise)"
-    elif status != 1 and len(history) - 1 < iterations:
-        # SciPy's own ends (an abnormal line search where the last iteration did not meet the
-        # loss and parameter tests) where the gradient test is not met are no convergence either.
-        history.reason = message
+    def run(budget: int) -> None:
+        """One SciPy run from ``state``'s point; sets how it ended."""
+        try:
+            result = optimize.minimize(value_and_gradient, state["x"], jac=True, method="L-BFGS-B",
+                                       bounds=coordinates.bounds, callback=after_iteration,
+                                       options={"maxiter": budget, "ftol": 0.0,
+                                                "gtol": 1e-8, "maxls": convergence.line_search_evaluations})
+            status, message, final = result.status, str(result.message), result.x
+        except _AtRoundingNoise:
+            status, message, final = 2, "line search", state["x"]
+        # SciPy returns the last point it accepted, not the last one evaluated.
+        assign(final)
+        history.steepest = float(np.abs(state["gradient"]).max(initial=0.0))
+        if history.reason != "iterations":
+            return
+        # The gradient test at the last accepted point, projected on the bounds (an entry at a bound
+        # whose gradient points out of the box is stationary there).
+        gradient, at = state["gradient"].copy(), state["x"]
+        lower = np.array([low for low, _ in coordinates.bounds], dtype=np.float64)
+        upper = np.array([high for _, high in coordinates.bounds], dtype=np.float64)
+        gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
+        scale = max(1.0, abs(state["value"]))
+        stationary = float(np.abs(gradient).max(initial=0.0)) <= convergence.gradient_tolerance * scale
+        if status == 0 and stationary:
+            history.converged, history.reason = True, message
+        elif status == 2 and (state["settled"] or stationary):
+            # A line search found no decrease after an iteration that met the loss and parameter
+            # tests, or from a point that meets the gradient test (e.g. a phase that starts where
+            # the last one converged): the loss is at its rounding noise there.
+            history.converged = True
+            history.reason = "converged (no decrease beyond the objective's rounding noise)"
+        elif status != 1 and len(history) - 1 < iterations:
+            # SciPy's own ends (an abnormal line search where the last iteration did not meet the
+            # loss and parameter tests) where the gradient test is not met are no convergence either.
+            history.reason = message
+
+    def lift_off_floor() -> bool:
+        r"""Move entries that ended on their floor to where the loss is lower, if there is such a point.
+
+        In :math:`z = \log(\theta - \theta_\mathrm{lower})` the gradient of an entry is its
+        distance to the bound times :math:`\partial\,\text{loss}/\partial\theta`: once a step
+        has taken a noise to its floor, the loss is flat in :math:`z` however much it would fall
+        a little above the floor, and every test of the stopping rule holds. So each such entry
+        (distance below its bound) is probed at distances of 1, 10, 100, ... times its bound,
+        the others held, while the loss falls; the lowest point is kept if it lowers the loss
+        by more than the loss tolerance.
+        """
+        at = state["x"]
+        best = {"value": state["value"] - convergence.loss_tolerance * max(1.0, abs(state["value"]))}
+        for entry in np.flatnonzero(coordinates.mask & (floor > 0) & (at < np.log(np.maximum(floor, 1e-300)))):
+            z = best.get("z", at).copy()
+            previous = math.inf
+            for decade in range(_FLOOR_PROBES):
+                z[entry] = math.log(floor[entry]) + decade * math.log(10.0)
+                value, gradient = evaluate(z)
+                if not value < previous:
+                    break
+                previous = value
+                if value < best["value"]:
+                    best.update(value=value, gradient=gradient, z=z.copy())
+        if "z" not in best:
+            assign(at)
+            return False
+        evaluated.update(z=best["z"], value=best["value"], gradient=best["gradient"])
+        assign(best["z"])
+        return True
+
+    start = coordinates.from_raw(_flat(parameters).numpy())
+    evaluate(start)
+    for escape in range(FLOOR_ESCAPES + 1):
+        history.append(evaluated["value"])
+        state.update(x=evaluated["z"], value=evaluated["value"], gradient=evaluated["gradient"], searching=0,
+                     settled=False)
+        run(iterations - (len(history) - 1))
+        if history.reason == "callback" or len(history) - 1 >= iterations or escape == FLOOR_ESCAPES \
+                or not lift_off_floor():
+            return
+        history.converged, history.reason = False, "iterations"
 
 
 def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Parameter], *, iterations: int,
@@ -503,7 +565,8 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
     if optimizer == "lbfgs":
         if iterations > 0:
             _lbfgs(objective, [parameter for _, parameter in trainable],
-                   [_log_coordinate(constraints.get(name)) for name, _ in trainable], int(iterations),
+                   [torch.as_tensor(constraints[name].lower_bound) if _log_coordinate(constraints.get(name)) else None
+                    for name, _ in trainable], int(iterations),
                    convergence or Convergence(), callback, history, draw_seed(seed))
     else:
         with seeded_torch_rng(seed):

@@ -12,10 +12,11 @@ against the exact GP trained to the same convergence criterion.
 
 :func:`fit_graph_gp` is the entry point for users who do not want to choose: it trains the
 exact GP with the matrix-free kernel
-(:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`) on graphs of up to
-:data:`MATRIX_FREE_MAX_NODES` nodes, where that is the cheaper model at the same
-accuracy, and the GRF recipe above, where the GRF-GP's cost grows with the observed and
-predicted nodes and not with the graph (:func:`choose_graph_kernel` says which, and why).
+(:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`) where the graph is small
+against the observed nodes, where that is the cheaper model at the same accuracy, and the
+GRF recipe on graphs much larger than the observed nodes, where the GRF-GP's cost grows with
+the observed and predicted nodes and not with the graph (:func:`choose_graph_kernel` says
+which, and why).
 """
 
 from __future__ import annotations
@@ -55,13 +56,16 @@ from .models import GraphGP, fit_gp
 from .optimize import Convergence
 from .settings import grf_gp_settings
 
-__all__ = ["GRAPH_KERNELS", "MATRIX_FREE_MAX_NODES", "choose_graph_kernel", "fit_graph_gp", "fit_grf_gp"]
+__all__ = ["GRAPH_KERNELS", "MATRIX_FREE_MIN_NODES", "MATRIX_FREE_NODES_PER_OBSERVED", "choose_graph_kernel",
+           "fit_graph_gp", "fit_grf_gp"]
 
 _logger = logging.getLogger(__name__)
 
-#: Largest graph (nodes) on which :func:`choose_graph_kernel` picks the matrix-free exact
-#: kernel rather than the GRF recipe.
-MATRIX_FREE_MAX_NODES = 100_000
+#: Graph nodes per observed node up to which :func:`choose_graph_kernel` picks the
+#: matrix-free exact kernel rather than the GRF recipe.
+MATRIX_FREE_NODES_PER_OBSERVED = 15
+#: Graphs of at most this many nodes get the matrix-free exact kernel however few nodes are observed.
+MATRIX_FREE_MIN_NODES = 20_000
 
 
 def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
@@ -140,23 +144,26 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
                   convergence=convergence, seed=base_seed, device=device)
 
 
-def choose_graph_kernel(graph: Graph) -> str:
+def choose_graph_kernel(graph: Graph, num_observed: int) -> str:
     r"""The graph kernel :func:`fit_graph_gp` trains when asked for ``kernel="auto"``.
 
     ``"matrix_free"`` (:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`, the
-    exact GP) on graphs of at most :data:`MATRIX_FREE_MAX_NODES` nodes, ``"grf"`` (the GRF
-    recipe, :func:`fit_grf_gp`) above. Both reach the exact GP's accuracy where they are
+    exact GP) where the graph has at most :data:`MATRIX_FREE_NODES_PER_OBSERVED` nodes per
+    observed node, or at most :data:`MATRIX_FREE_MIN_NODES` nodes; ``"grf"`` (the GRF recipe,
+    :func:`fit_grf_gp`) on larger graphs. Both reach the exact GP's accuracy where they are
     chosen; the rule picks the cheaper. The matrix-free kernel's products cost the graph's
     edges times the Chebyshev degree, whatever the observed nodes; the GRF-GP's cost grows
-    with the observed and predicted nodes and the walks' reach, not with the graph, and
-    pays for that with walks and a dense factor of the training covariance. The limit is
-    the measured crossover of the two, both trained to convergence
-    (``benchmarks/RESULTS.md``, "One call for every graph size").
+    with the observed and predicted nodes and the walks' reach, not with the graph, and pays
+    for that with walks and a dense factor of the training covariance. So the crossover
+    grows with the observed nodes; the limits are the measured crossovers of the two, both
+    trained to convergence (``benchmarks/RESULTS.md``, "One call for every graph size").
 
     :param graph: The graph.
+    :param num_observed: Number of observed (training) nodes.
     :return: ``"matrix_free"`` or ``"grf"``.
     """
-    return "matrix_free" if graph.num_nodes <= MATRIX_FREE_MAX_NODES else "grf"
+    limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED * num_observed)
+    return "matrix_free" if graph.num_nodes <= limit else "grf"
 
 
 def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
@@ -206,17 +213,18 @@ def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_
     if kernel not in GRAPH_KERNELS:
         raise ValueError(f"kernel must be one of {GRAPH_KERNELS}, got {kernel!r}")
     options = _grf_options(grf_options, kernel)
-    chosen = choose_graph_kernel(graph) if kernel == "auto" else kernel
+    train = node_index_array(train_nodes, "train_nodes", graph.num_nodes)
+    node_index_array(predict_nodes, "predict_nodes", graph.num_nodes)
+    chosen = choose_graph_kernel(graph, train.size) if kernel == "auto" else kernel
     if kernel == "auto":
-        _logger.info("fit_graph_gp: the %s kernel for a graph of %d nodes (matrix-free up to %d)", chosen,
-                     graph.num_nodes, MATRIX_FREE_MAX_NODES)
+        _logger.info("fit_graph_gp: the %s kernel for a graph of %d nodes with %d observed (matrix-free up to "
+                     "%d nodes per observed node, or %d nodes)", chosen, graph.num_nodes, train.size,
+                     MATRIX_FREE_NODES_PER_OBSERVED, MATRIX_FREE_MIN_NODES)
     family = Diffusion(1.0) if kernel_family is None else kernel_family
     if chosen == "grf":
         return fit_grf_gp(graph, train_nodes, train_targets, predict_nodes=predict_nodes, iterations=iterations,
                           optimizer=optimizer, lr=lr, convergence=convergence, kernel_family=family, seed=seed,
                           device=device, **options)
-    train = node_index_array(train_nodes, "train_nodes", graph.num_nodes)
-    node_index_array(predict_nodes, "predict_nodes", graph.num_nodes)
     base = (MatrixFreeGraphKernel(graph, family) if chosen == "matrix_free"
             else ExactGraphKernel(graph, family))
     return _train(base, train, train_targets, iterations=iterations, optimizer=optimizer, lr=lr,

@@ -334,3 +334,45 @@ def test_lbfgs_does_not_stop_on_its_short_first_step_in_an_ill_conditioned_valle
         history = minimize(valley, {"x": x}, iterations=100, optimizer="lbfgs")
     assert history.converged
     assert abs(float(x.detach()[1]) - 1.4) < 1e-3 and history[-1] - 1.0 < 1e-8
+
+
+def _noise_on_its_floor() -> gpytorch.likelihoods.GaussianLikelihood:
+    """A likelihood whose noise (floor 1e-4) sits 1e-7 above its floor: z = log(noise - floor) = -16."""
+    likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
+    likelihood.noise = 1e-4 + 1e-7
+    return likelihood
+
+
+def test_lbfgs_lifts_a_noise_off_its_floor_when_the_loss_falls_above_it():
+    """In z = log(noise - floor) a noise that a step took to its floor sees a gradient of its
+    distance to the floor (1e-7) times the loss's slope: every test of the stopping rule holds
+    there, however much lower the loss is at a noise of 0.01. The run probes above the floor
+    and goes on from the lower point to the optimum (the noise-floor basin of GP training)."""
+    likelihood = _noise_on_its_floor()
+
+    def objective():
+        return 1.0 + 100.0 * (likelihood.noise.reshape(()) - 0.01) ** 2
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingWarning)
+        history = minimize(objective, dict(likelihood.named_parameters()), iterations=100, optimizer="lbfgs",
+                           constraints=parameter_constraints(likelihood))
+    assert history.converged
+    # Within the default rule's tolerances of the optimum: 1 % in the noise, 1e-4 in the loss.
+    assert float(likelihood.noise.detach()) == pytest.approx(0.01, rel=1e-2)
+    assert history[0] - history[-1] > 9e-3 and history[-1] - 1.0 < Convergence().loss_tolerance
+
+
+def test_lbfgs_leaves_a_noise_on_its_floor_where_the_loss_rises_above_it():
+    """Where the loss rises off the floor (a noise-free signal), the probes cost two evaluations
+    and the noise stays where it was."""
+    likelihood = _noise_on_its_floor()
+
+    def objective():
+        return 1.0 + likelihood.noise.reshape(())
+
+    history = minimize(objective, dict(likelihood.named_parameters()), iterations=100, optimizer="lbfgs",
+                       constraints=parameter_constraints(likelihood))
+    assert history.converged and len(history) == 1
+    assert float(likelihood.noise.detach()) == pytest.approx(1e-4 + 1e-7, rel=1e-6)
+    assert history.evaluations <= 1 + 2 + 1   # the start, two probes, SciPy's own first step at most

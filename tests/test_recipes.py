@@ -13,7 +13,13 @@ from gp_couple import Diffusion, Graph, grf_gp_settings, predict
 from gp_couple.graphs import grid_graph
 from gp_couple.kernels import ExactGraphKernel, GRFKernel, MatrixFreeGraphKernel
 from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood
-from gp_couple.recipes import MATRIX_FREE_MAX_NODES, choose_graph_kernel, fit_graph_gp, fit_grf_gp
+from gp_couple.recipes import (
+    MATRIX_FREE_MIN_NODES,
+    MATRIX_FREE_NODES_PER_OBSERVED,
+    choose_graph_kernel,
+    fit_graph_gp,
+    fit_grf_gp,
+)
 
 GRAPH = grid_graph(12, 12)
 #: Small GRF walker counts, so that the GRF tests run in seconds.
@@ -48,8 +54,13 @@ def training_loss(model, likelihood) -> float:
 
 
 def test_auto_chooses_the_matrix_free_kernel_up_to_its_limit_and_grf_above():
-    assert choose_graph_kernel(path_graph(MATRIX_FREE_MAX_NODES)) == "matrix_free"
-    assert choose_graph_kernel(path_graph(MATRIX_FREE_MAX_NODES + 1)) == "grf"
+    small = path_graph(MATRIX_FREE_MIN_NODES)
+    assert choose_graph_kernel(small, 1) == "matrix_free"
+    assert choose_graph_kernel(path_graph(MATRIX_FREE_MIN_NODES + 1), 1) == "grf"
+    # The limit grows with the observed nodes.
+    observed = 10_000
+    assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed), observed) == "matrix_free"
+    assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed + 1), observed) == "grf"
 
 
 def test_auto_trains_the_exact_gp_matrix_free_as_the_dense_kernel_does(caplog):
