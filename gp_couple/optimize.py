@@ -605,5 +605,6 @@ def check_ending(history: TrainingHistory, optimizer: str, iterations: int, lr: 
         warnings.warn(f"L-BFGS stopped before the stopping rule held: {history.reason} "
                       f"({_loss_summary(history)}; largest gradient entry {history.steepest:.3g}). The "
                       "objective's value and gradient may disagree: CG/Lanczos estimates above gpytorch's "
-                      "max_cholesky_size (raise it, or num_trace_samples), or an objective that is not "
-                      "differentiable there", TrainingWarning, stacklevel=stacklevel)
+                      "max_cholesky_size (raise it, or num_trace_samples), a float32 model whose rounding hides "
+                      "the last decrease near the optimum (train in float64: model.double(), likelihood.double()), "
+                      "or an objective that is not differentiable there", TrainingWarning, stacklevel=stacklevel)
