@@ -194,8 +194,7 @@ def problem(spec: str, seed: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarr
     import scipy.sparse as sp
     from scipy.sparse.linalg import expm_multiply
 
-    _, gamma, graph_spec = spec.split(":", 2)
-    graph_spec, _, observed_count = graph_spec.partition("@")
+    gamma, graph_spec, observed_count = _prior_spec(spec)
     graph = _prior_graph(graph_spec)
     rng = np.random.default_rng(seed)
     laplacian = sp.identity(graph.num_nodes, format="csr") - graph.normalized_adjacency()
@@ -209,6 +208,13 @@ def problem(spec: str, seed: int) -> tuple[Any, np.ndarray, np.ndarray, np.ndarr
     n_test = min(10_000, graph.num_nodes - n_train)
     order = rng.permutation(graph.num_nodes)
     return graph, signal, observed, np.sort(order[:n_train]), np.sort(order[n_train:n_train + n_test])
+
+
+def _prior_spec(spec: str) -> tuple[str, str, str]:
+    """``prior:GAMMA:GRAPH[@N]`` as ``(GAMMA, GRAPH, N)`` (``N`` empty when not given)."""
+    _, gamma, graph_spec = spec.split(":", 2)
+    graph_spec, _, observed_count = graph_spec.partition("@")
+    return gamma, graph_spec, observed_count
 
 
 def _prior_graph(graph_spec: str) -> Any:
@@ -249,8 +255,7 @@ def generating_hyperparameters(spec: str, seed: int) -> dict[str, float]:
 
     if not spec.startswith("prior:"):
         raise ValueError(f"exact_true needs a prior:GAMMA:GRAPH problem, got {spec!r}")
-    _, gamma, graph_spec = spec.split(":", 2)
-    graph_spec, _, observed_count = graph_spec.partition("@")
+    gamma, graph_spec, _ = _prior_spec(spec)
     graph = _prior_graph(graph_spec)
     rng = np.random.default_rng(seed)
     laplacian = sp.identity(graph.num_nodes, format="csr") - graph.normalized_adjacency()

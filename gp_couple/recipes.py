@@ -156,12 +156,18 @@ def choose_graph_kernel(graph: Graph, num_observed: int) -> str:
     with the observed and predicted nodes and the walks' reach, not with the graph, and pays
     for that with walks and a dense factor of the training covariance. So the crossover
     grows with the observed nodes; the limits are the measured crossovers of the two, both
-    trained to convergence (``benchmarks/RESULTS.md``, "One call for every graph size").
+    trained to convergence (``benchmarks/RESULTS.md``, "One call for every graph size" and
+    "The crossover with 10³ observed nodes").
 
     :param graph: The graph.
     :param num_observed: Number of observed (training) nodes.
     :return: ``"matrix_free"`` or ``"grf"``.
+    :raises TypeError: If ``graph`` is not a :class:`~gp_couple.graphs.Graph`.
+    :raises ValueError: If ``num_observed`` is not a positive int.
     """
+    _check_graph(graph)
+    if isinstance(num_observed, bool) or not isinstance(num_observed, (int, np.integer)) or num_observed < 1:
+        raise ValueError(f"num_observed must be a positive int, got {num_observed!r}")
     limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED * num_observed)
     return "matrix_free" if graph.num_nodes <= limit else "grf"
 

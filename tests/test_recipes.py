@@ -61,6 +61,9 @@ def test_auto_chooses_the_matrix_free_kernel_up_to_its_limit_and_grf_above():
     observed = 10_000
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed), observed) == "matrix_free"
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed + 1), observed) == "grf"
+    for bad in (0, -5, 2.5, True, "10"):
+        with pytest.raises(ValueError, match="num_observed must be a positive int"):
+            choose_graph_kernel(small, bad)
 
 
 def test_auto_trains_the_exact_gp_matrix_free_as_the_dense_kernel_does(caplog):
