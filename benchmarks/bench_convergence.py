@@ -10,7 +10,7 @@ block Krylov with a residual bound above). Methods, each in a fresh subprocess:
 
 * ``recipe``: :func:`gp_couple.recipes.fit_grf_gp` with its defaults (walks that follow the
   learnt range, prediction walkers for a relative Gram error of 0.01);
-* ``exact``: the diffusion-kernel GP with the dense :class:`~gp_couple.kernels.ExactGraphKernel`
+* ``exact``: the exact GP with the dense :class:`~gp_couple.kernels.ExactGraphKernel`
   up to ``--dense-limit`` nodes and the matrix-free :class:`~gp_couple.kernels.MatrixFreeGraphKernel`
   above, trained to convergence from two starts, gpytorch's default hyperparameters
   (γ = 1) and the recipe's learnt ones (the ``defaults`` model's when the recipe did not
@@ -48,6 +48,10 @@ block Krylov with a residual bound above). Methods, each in a fresh subprocess:
   walkers at p_halt 0.1 with ``schedule=None``, 300 Adam steps (lr 0.05), then 512
   σ-coupled prediction walkers at the same p_halt.
 
+Every model's kernel is the diffusion kernel from γ = 1, or ``--kernel-family NAME``'s
+registered family (:func:`gp_couple.get_kernel_family`) from its constructor's initial
+hyperparameters; the rows report its trained hyperparameters by name.
+
 Problems are those of ``bench_graph_gp_accuracy.py`` (``bumpy``, ``grid:RxC``,
 ``icosphere:K``, ``mesh:NAME``, ``prior:GAMMA:GRAPH[@OBSERVED]``, ``traffic``). ``mesh:NAME``,
 ``traffic`` and ``prior:GAMMA:traffic`` (a prior draw on the weighted road graph) read
@@ -60,7 +64,9 @@ prior:3:traffic mesh:torus --methods recipe exact recipe_at_exact exact_at_recip
 ``--exact-from FILE ...`` reuses the exact GP rows of earlier runs (same problem and seed)
 instead of retraining them (marked ``"exact_from"``), e.g. to add ``defaults`` to
 ``convergence.json``'s problems: from the default start alone the exact GP can end in a
-worse basin (see ``exact``).
+worse basin (see ``exact``); ``--defaults-from FILE ...`` reuses ``defaults`` rows likewise
+(marked ``"defaults_from"``), e.g. to run ``exact_at_defaults`` alone with a larger
+``--max-cholesky-size``.
 """
 
 from __future__ import annotations
@@ -96,25 +102,45 @@ def _model(graph: Any, train: np.ndarray, observed: np.ndarray, base: Any) -> tu
     return GraphGP(train, torch.as_tensor(observed[train], dtype=torch.float32), likelihood, kernel), likelihood
 
 
-def _exact_kernel(graph: Any, gamma: float, dense_limit: int) -> Any:
-    from gp_couple import Diffusion, ExactGraphKernel
+def _family(name: str) -> Any:
+    """A fresh kernel family of the registered ``name`` at its constructor's initial hyperparameters."""
+    from gp_couple import get_kernel_family
+
+    return get_kernel_family(name)
+
+
+def _exact_kernel(graph: Any, family: str, dense_limit: int) -> Any:
+    from gp_couple import ExactGraphKernel
     from gp_couple.kernels.matrix_free import MatrixFreeGraphKernel
 
     if graph.num_nodes <= dense_limit:
-        return ExactGraphKernel(graph, Diffusion(gamma))
-    return MatrixFreeGraphKernel(graph, Diffusion(gamma))
+        return ExactGraphKernel(graph, _family(family))
+    return MatrixFreeGraphKernel(graph, _family(family))
+
+
+def _family_hyper(family: Any) -> dict[str, float]:
+    """The kernel family's trained hyperparameters (those held by a raw parameter), by name."""
+    return {name[len("raw_"):]: float(getattr(family, name[len("raw_"):]).detach())
+            for name, _ in family.named_parameters(recurse=False) if name.startswith("raw_")}
 
 
 def _set(model: Any, likelihood: Any, hyper: dict[str, float]) -> None:
     model.covar_module.outputscale = hyper["outputscale"]
-    model.covar_module.base_kernel.kernel_family.gamma = hyper["gamma"]
     likelihood.noise = hyper["noise"]
+    family = model.covar_module.base_kernel.kernel_family
+    for name in _family_hyper(family):
+        setattr(family, name, hyper[name])
 
 
 def _hyper(model: Any, likelihood: Any) -> dict[str, float]:
     return {"outputscale": float(model.covar_module.outputscale.detach()),
-            "gamma": float(model.covar_module.base_kernel.kernel_family.gamma.detach()),
+            **_family_hyper(model.covar_module.base_kernel.kernel_family),
             "noise": float(likelihood.noise.detach())}
+
+
+def hyperparameter_names(row: dict[str, Any]) -> list[str]:
+    """The trained hyperparameters of a result row (rows written before ``--kernel-family``: the diffusion's)."""
+    return row.get("hyperparameter_names", ["outputscale", "gamma", "noise"])
 
 
 def _dense_training_loss(model: Any, likelihood: Any) -> float | None:
@@ -150,7 +176,8 @@ def _cpu_limited_log(trajectory: list[tuple[float, float]],
 def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: int,
                hyper: dict[str, float] | None, exact_starts: str = "both",
                exact_variances: bool = True, schedule_options: dict[str, Any] | None = None,
-               settings: dict[str, Any] | None = None, exact_cpu_limit: float | None = None) -> dict[str, Any]:
+               settings: dict[str, Any] | None = None, exact_cpu_limit: float | None = None,
+               kernel_family: str = "diffusion") -> dict[str, Any]:
     """Train (or set) and predict with one method; return accuracy, hyperparameters and times.
 
     :param schedule_options: ``WalkSchedule`` fields that the ``defaults`` method changes
@@ -158,13 +185,15 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
     :param settings: ``grf_gp_settings`` overrides of every method (``None``: the recommended ones).
     :param exact_cpu_limit: CPU seconds after which each exact training run is stopped
         unconverged (``None``: no limit); every exact run records its loss against CPU time.
+    :param kernel_family: Registered name of every model's kernel family
+        (:func:`gp_couple.get_kernel_family`, at its constructor's initial hyperparameters).
     """
     import warnings
 
     import gpytorch
     import torch
 
-    from gp_couple import Diffusion, GRFKernel, WalkSchedule, fit_gp, grf_gp_settings, predict
+    from gp_couple import GRFKernel, WalkSchedule, fit_gp, grf_gp_settings, predict
     from gp_couple.evaluation import nlpd, rmse
     from gp_couple.recipes import fit_graph_gp, fit_grf_gp
 
@@ -177,33 +206,35 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
         warnings.simplefilter("always")
         if method == "auto":
             model, likelihood = fit_graph_gp(graph, train, observed[train], predict_nodes=test, iterations=iterations,
-                                             seed=seed)
+                                             kernel_family=_family(kernel_family), seed=seed)
             result.update(kernel=type(model.covar_module.base_kernel).__name__)
         elif method == "recipe":
             model, likelihood = fit_grf_gp(graph, train, observed[train], predict_nodes=test, iterations=iterations,
-                                           seed=seed)
+                                           kernel_family=_family(kernel_family), seed=seed)
         elif method == "recipe_at_exact":
-            base = GRFKernel(graph, kernel_family=Diffusion(hyper["gamma"]), nodes=np.union1d(train, test), seed=seed)
+            base = GRFKernel(graph, kernel_family=_family(kernel_family), nodes=np.union1d(train, test), seed=seed)
             model, likelihood = _model(graph, train, observed, base)
             _set(model, likelihood, hyper)
             base.resample_for_prediction(seed=seed)
         elif method == "defaults":
             schedule = {} if schedule_options is None else {"schedule": WalkSchedule(**schedule_options)}
-            defaults = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed, **schedule)
+            defaults = GRFKernel(graph, kernel_family=_family(kernel_family), nodes=np.union1d(train, test), seed=seed,
+                                 **schedule)
             model, likelihood = _model(graph, train, observed, defaults)
             with grf_gp_settings(**settings):
                 history = fit_gp(model, likelihood, iterations=iterations, optimizer="lbfgs", seed=seed)
             result.update(iterations=len(history), evaluations=history.evaluations, converged=history.converged,
                           final_loss=history[-1], phases=history.phases, undone_phases=history.undone_phases)
         elif method == "adam300":
-            fixed = GRFKernel(graph, nodes=np.union1d(train, test), seed=seed, schedule=None)
+            fixed = GRFKernel(graph, kernel_family=_family(kernel_family), nodes=np.union1d(train, test), seed=seed,
+                              schedule=None)
             model, likelihood = _model(graph, train, observed, fixed)
             with grf_gp_settings(**settings):
                 history = fit_gp(model, likelihood, iterations=300, lr=0.05, seed=seed)
                 fixed.resample_for_prediction(512, follow_range=False, seed=seed)
             result.update(iterations=len(history), final_loss=history[-1])
         elif method in ("exact_at_recipe", "exact_at_defaults"):
-            model, likelihood = _model(graph, train, observed, _exact_kernel(graph, hyper["gamma"], dense_limit))
+            model, likelihood = _model(graph, train, observed, _exact_kernel(graph, kernel_family, dense_limit))
             _set(model, likelihood, hyper)
             with grf_gp_settings(**settings):
                 result.update(training_loss=_dense_training_loss(model, likelihood), training_points=len(train))
@@ -215,7 +246,7 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
                 began = time.perf_counter()
                 trajectory: list[tuple[float, float]] = []
                 record = _cpu_limited_log(trajectory, exact_cpu_limit)
-                model, likelihood = _model(graph, train, observed, _exact_kernel(graph, 1.0, dense_limit))
+                model, likelihood = _model(graph, train, observed, _exact_kernel(graph, kernel_family, dense_limit))
                 if start_at is not None:
                     _set(model, likelihood, start_at)
                 with grf_gp_settings(**settings):
@@ -252,7 +283,8 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
                       gram_error_estimate=base.gram_error_estimate,
                       prediction_error_estimate=base.prediction_error_estimate,
                       bias_expansion_error=base.bias_expansion_error, bias_corrected=base.bias_corrected)
-    result.update(_hyper(model, likelihood))
+    hyper_now = _hyper(model, likelihood)
+    result.update(hyper_now, kernel_family=kernel_family, hyperparameter_names=list(hyper_now))
     result.update(test_rmse=rmse(mean, signal[test]),
                   test_nlpd=None if prediction is None else nlpd(mean, prediction.variance.double().numpy(),
                                                                  observed[test]),
@@ -261,6 +293,17 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
                   train_s=train_s, total_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu)
     result.update(warnings=sorted({f"{type(w.message).__name__}: {str(w.message)[:160]}" for w in caught}))
     return result
+
+def _saved_rows(paths: list[str], method: str, kernel_family: str) -> list[dict[str, Any]]:
+    """The ``method`` rows of earlier JSONs of this benchmark with ``kernel_family``, marked ``"<method>_from"``."""
+    rows = []
+    for path in paths:
+        with open(path) as source:
+            rows += [{**row, f"{method}_from": path} for row in json.load(source)["rows"]
+                     if row.get("method") == method and "error" not in row
+                     and row.get("kernel_family", "diffusion") == kernel_family]
+    return rows
+
 
 def missing_data(spec: str) -> str | None:
     """Why the data of ``spec`` cannot be read (``None`` if they can, or it needs none)."""
@@ -285,6 +328,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="data directory of mesh:NAME and traffic problems (sets $GP_COUPLE_DATA)")
     parser.add_argument("--exact-from", nargs="+", default=[],
                         help="reuse the exact GP rows (same problem and seed) of earlier JSONs of this benchmark")
+    parser.add_argument("--defaults-from", nargs="+", default=[],
+                        help="reuse the defaults rows (same problem and seed) of earlier JSONs of this benchmark, "
+                             "e.g. for exact_at_defaults alone")
     parser.add_argument("--exact-starts", choices=("both", "given"), default="both",
                         help="train the exact GP from gpytorch's default start and the recipe's (or defaults') "
                              "hyperparameters, or from the latter only (graphs where one exact training run "
@@ -308,6 +354,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--exact-cpu-limit", type=float, default=None,
                         help="CPU seconds after which each exact training run stops unconverged (its loss "
                              "against CPU time is recorded), for a lower bound on its cost")
+    parser.add_argument("--kernel-family", default="diffusion",
+                        help="registered kernel family of every model (gp_couple.get_kernel_family), at its "
+                             "constructor's initial hyperparameters")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
     settings = None if args.max_cholesky_size is None else {"max_cholesky_size": args.max_cholesky_size}
@@ -318,11 +367,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         if value is not None} or None
     if args.no_expansion_redraw:
         schedule_options = {**(schedule_options or {}), "expansion_target": None}
-    saved = []
-    for path in args.exact_from:
-        with open(path) as source:
-            saved += [{**row, "exact_from": path} for row in json.load(source)["rows"]
-                      if row.get("method") == "exact" and "error" not in row]
+    saved = {method: _saved_rows(paths, method, args.kernel_family)
+             for method, paths in (("exact", args.exact_from), ("defaults", args.defaults_from))}
     if args.data_dir:
         os.environ["GP_COUPLE_DATA"] = os.path.abspath(args.data_dir)
     rows: list[dict[str, Any]] = []
@@ -333,24 +379,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"{spec}: skipped ({reason})", file=sys.stderr, flush=True)
             continue
         found: dict[str, dict[str, Any]] = {}
-        reused = [row for row in saved if row["problem"] == spec and row["seed"] == args.seed]
-        if reused and "exact" not in args.methods:
-            found["exact"] = reused[-1]   # the reference of the ratios, not a row of this run
+        reused = {method: row for method, rows_of in saved.items() for row in rows_of
+                  if row["problem"] == spec and row["seed"] == args.seed}
+        for method, row in reused.items():
+            if method not in args.methods:
+                found[method] = row   # a reference (of the ratios, or of exact_at_defaults), not a row of this run
         for method in args.methods:
             # The exact GP's second start: the recipe's hyperparameters, else the defaults' (whichever ran before).
             reference = (found.get("exact") if method == "recipe_at_exact"
                          else found.get("defaults") if method == "exact_at_defaults"
                          else found.get("recipe", found.get("defaults")))
-            hyper = None if reference is None else {key: reference[key] for key in ("outputscale", "gamma", "noise")}
+            hyper = None if reference is None else {key: reference[key] for key in hyperparameter_names(reference)}
             if method in ("recipe_at_exact", "exact_at_recipe", "exact_at_defaults") and hyper is None:
                 continue
-            if method == "exact" and reused:
-                row = reused[-1]
+            if method in reused:
+                row = reused[method]
             else:
                 row = run_in_subprocess(__file__, run_method, spec, method, args.iterations, args.seed,
                                         args.dense_limit, hyper, args.exact_starts, not args.exact_means_only,
                                         schedule_options if method == "defaults" else None, settings,
-                                        args.exact_cpu_limit)
+                                        args.exact_cpu_limit, args.kernel_family)
                 row.update(problem=spec, seed=args.seed, load=os.getloadavg()[0])
                 if settings is not None:
                     row.update(settings=settings)
@@ -370,7 +418,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            nlpd_difference=(None if None in (row["test_nlpd"], exact["test_nlpd"])
                                             else row["test_nlpd"] - exact["test_nlpd"]),
                            speedup=exact["total_s"] / row["total_s"],
-                           **{f"{name}_ratio": row[name] / exact[name] for name in ("outputscale", "gamma", "noise")})
+                           **{f"{name}_ratio": row[name] / exact[name] for name in hyperparameter_names(exact)})
                 if row.get("training_loss") is not None and exact.get("final_loss") is not None:
                     # How much less likely the exact model finds these hyperparameters than its own optimum.
                     row.update(likelihood_gap_nats=(row["training_loss"] - exact["final_loss"])
