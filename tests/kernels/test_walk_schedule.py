@@ -314,16 +314,21 @@ def test_the_bias_corrected_rounds_remove_the_output_scales_drift():
     # exploration over four walk seeds, one thread: plain -0.32 / -0.23 / -0.12 / -0.14 in log
     # ratio to the exact GP's, every one low; corrected -0.16 / +0.15 / +0.02 / +0.31; on an
     # AVX2 processor, whose reductions round differently and so move the walks each phase draws,
-    # seeds 0 and 2 gave plain -0.08 / -0.35 and corrected +0.07 / +0.59). So this asserts what
-    # held on all six draws: the plain drift's direction and a shift of at least 0.1 upwards by
-    # the correction (the smallest seen was 0.14), with γ and the noise within the 10 %.
+    # the same seeds gave plain -0.08 / -0.24 / -0.35 / -0.31 and corrected +0.07 / -0.10 /
+    # +0.59 / +0.07). So this asserts what held on all eight draws: the plain drift's direction
+    # and a shift of at least 0.1 upwards by the correction (the smallest seen was 0.14), with γ
+    # within the 10 % (at most 8 % on the four AVX2 draws) and, on this draw, the noise
+    # too (seed 2 on the AVX2 processor ended 11 % low).
     graph, train, targets = _long_range_draw(0)
     learnt, warned, error = {}, {}, {}
     with threads(1):
         exact = _learnt(graph, train, targets, ExactGraphKernel(graph))
         for correct in (False, True):
+            # predict_error_tolerance 0.99: no redraw for the predictive mean after the last round,
+            # which changes nothing asserted here and took most of the time.
             base = GRFKernel(graph, seed=0, schedule=WalkSchedule(max_train_walkers=256, sigma_fit_samples=20,
-                                                                  bias_correction=correct))
+                                                                  bias_correction=correct,
+                                                                  predict_error_tolerance=0.99))
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 learnt[correct] = _learnt(graph, train, targets, base)
@@ -559,11 +564,13 @@ def test_a_round_ending_above_the_expansion_limit_trains_again_on_more_walkers()
     # draw end with a whitened error of about 0.7, far outside the second-order expansion, and the
     # output scale and noise fall well below the exact GP's. One more round, on walkers sized for
     # the expansion target (capped at 4,096 here, to keep the test short), must lower that error
-    # (a round that does not is undone) and bring every hyperparameter closer. Both fits predict
-    # on 4,096 walkers, so how far the error falls depends on where the round moves the
-    # hyperparameters: 0.64 to 0.45 on an AVX2 processor, whose rounding moves the walks.
+    # (a round that does not is undone) and bring every hyperparameter closer. How far the error
+    # falls depends on where the round moves the hyperparameters: 0.64 to 0.45 on an AVX2
+    # processor, whose rounding moves the walks. predict_error_tolerance 0.99: no redraw for
+    # the predictive mean after the last round (nothing asserted here depends on it).
     graph, train, targets = _long_range_draw(0)
-    coarse = {"max_train_walkers": 256, "sigma_fit_samples": 20, "predict_tolerance": 0.03, "max_predict_walkers": 4096}
+    coarse = {"max_train_walkers": 256, "sigma_fit_samples": 20, "predict_tolerance": 0.03, "max_predict_walkers": 4096,
+              "predict_error_tolerance": 0.99}
     with threads(1):
         exact = _learnt(graph, train, targets, ExactGraphKernel(graph))
     fits = {target: _fitted_with_report(graph, train, targets, WalkSchedule(**coarse, expansion_target=target))
