@@ -102,20 +102,13 @@ def _model(graph: Any, train: np.ndarray, observed: np.ndarray, base: Any) -> tu
     return GraphGP(train, torch.as_tensor(observed[train], dtype=torch.float32), likelihood, kernel), likelihood
 
 
-def _family(name: str) -> Any:
-    """A fresh kernel family of the registered ``name`` at its constructor's initial hyperparameters."""
-    from gp_couple import get_kernel_family
-
-    return get_kernel_family(name)
-
-
 def _exact_kernel(graph: Any, family: str, dense_limit: int) -> Any:
-    from gp_couple import ExactGraphKernel
+    from gp_couple import ExactGraphKernel, get_kernel_family
     from gp_couple.kernels.matrix_free import MatrixFreeGraphKernel
 
     if graph.num_nodes <= dense_limit:
-        return ExactGraphKernel(graph, _family(family))
-    return MatrixFreeGraphKernel(graph, _family(family))
+        return ExactGraphKernel(graph, get_kernel_family(family))
+    return MatrixFreeGraphKernel(graph, get_kernel_family(family))
 
 
 def _family_hyper(family: Any) -> dict[str, float]:
@@ -193,11 +186,12 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
     import gpytorch
     import torch
 
-    from gp_couple import GRFKernel, WalkSchedule, fit_gp, grf_gp_settings, predict
+    from gp_couple import GRFKernel, WalkSchedule, fit_gp, get_kernel_family, grf_gp_settings, predict
     from gp_couple.evaluation import nlpd, rmse
     from gp_couple.recipes import fit_graph_gp, fit_grf_gp
 
     graph, signal, observed, train, test = problem(spec, seed)
+    walk_nodes = np.union1d(train, test)
     settings = settings or {}
     start = time.perf_counter()
     cpu = time.process_time()
@@ -206,19 +200,19 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
         warnings.simplefilter("always")
         if method == "auto":
             model, likelihood = fit_graph_gp(graph, train, observed[train], predict_nodes=test, iterations=iterations,
-                                             kernel_family=_family(kernel_family), seed=seed)
+                                             kernel_family=get_kernel_family(kernel_family), seed=seed)
             result.update(kernel=type(model.covar_module.base_kernel).__name__)
         elif method == "recipe":
             model, likelihood = fit_grf_gp(graph, train, observed[train], predict_nodes=test, iterations=iterations,
-                                           kernel_family=_family(kernel_family), seed=seed)
+                                           kernel_family=get_kernel_family(kernel_family), seed=seed)
         elif method == "recipe_at_exact":
-            base = GRFKernel(graph, kernel_family=_family(kernel_family), nodes=np.union1d(train, test), seed=seed)
+            base = GRFKernel(graph, kernel_family=get_kernel_family(kernel_family), nodes=walk_nodes, seed=seed)
             model, likelihood = _model(graph, train, observed, base)
             _set(model, likelihood, hyper)
             base.resample_for_prediction(seed=seed)
         elif method == "defaults":
             schedule = {} if schedule_options is None else {"schedule": WalkSchedule(**schedule_options)}
-            defaults = GRFKernel(graph, kernel_family=_family(kernel_family), nodes=np.union1d(train, test), seed=seed,
+            defaults = GRFKernel(graph, kernel_family=get_kernel_family(kernel_family), nodes=walk_nodes, seed=seed,
                                  **schedule)
             model, likelihood = _model(graph, train, observed, defaults)
             with grf_gp_settings(**settings):
@@ -226,7 +220,7 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
             result.update(iterations=len(history), evaluations=history.evaluations, converged=history.converged,
                           final_loss=history[-1], phases=history.phases, undone_phases=history.undone_phases)
         elif method == "adam300":
-            fixed = GRFKernel(graph, kernel_family=_family(kernel_family), nodes=np.union1d(train, test), seed=seed,
+            fixed = GRFKernel(graph, kernel_family=get_kernel_family(kernel_family), nodes=walk_nodes, seed=seed,
                               schedule=None)
             model, likelihood = _model(graph, train, observed, fixed)
             with grf_gp_settings(**settings):

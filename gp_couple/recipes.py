@@ -30,6 +30,7 @@ import gpytorch
 import numpy as np
 import torch
 
+from ._checks import check_int
 from ._nodes import node_index_array
 from ._random import SeedLike, draw_seed
 from .devices import resolve_device
@@ -162,12 +163,12 @@ def choose_graph_kernel(graph: Graph, num_observed: int) -> str:
     :param graph: The graph.
     :param num_observed: Number of observed (training) nodes.
     :return: ``"matrix_free"`` or ``"grf"``.
-    :raises TypeError: If ``graph`` is not a :class:`~gp_couple.graphs.Graph`.
-    :raises ValueError: If ``num_observed`` is not a positive int.
+    :raises TypeError: If ``graph`` is not a :class:`~gp_couple.graphs.Graph` or
+        ``num_observed`` is not an int.
+    :raises ValueError: If ``num_observed`` is below 1.
     """
     _check_graph(graph)
-    if isinstance(num_observed, bool) or not isinstance(num_observed, (int, np.integer)) or num_observed < 1:
-        raise ValueError(f"num_observed must be a positive int, got {num_observed!r}")
+    num_observed = check_int("num_observed", num_observed, 1)
     limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED * num_observed)
     return "matrix_free" if graph.num_nodes <= limit else "grf"
 

@@ -61,8 +61,11 @@ def test_auto_chooses_the_matrix_free_kernel_up_to_its_limit_and_grf_above():
     observed = 10_000
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed), observed) == "matrix_free"
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed + 1), observed) == "grf"
-    for bad in (0, -5, 2.5, True, "10"):
-        with pytest.raises(ValueError, match="num_observed must be a positive int"):
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match="num_observed must be >= 1"):
+            choose_graph_kernel(small, bad)
+    for bad in (2.5, True, "10"):
+        with pytest.raises(TypeError, match="num_observed must be an int"):
             choose_graph_kernel(small, bad)
 
 
