@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import warnings
@@ -424,6 +425,30 @@ def _fitted(graph, train: np.ndarray, targets: torch.Tensor, schedule: WalkSched
     return model
 
 
+def _fitted_before_and_after_the_check(graph, train: np.ndarray, targets: torch.Tensor, schedule: WalkSchedule,
+                                       monkeypatch: pytest.MonkeyPatch, **settings: int) -> tuple[GraphGP, GraphGP]:
+    """One :func:`_fitted` whose predictive-mean check redraws the prediction walks: the model as
+    training left it (a copy of its kernel just before that redraw) and the model fit_gp returns.
+
+    Training is deterministic under its seed, so the first is the model a schedule whose
+    tolerance the walks meet ends with, without training it twice.
+    """
+    before = []
+    redraw = GRFKernel._redraw_with
+
+    def recorded(self: GRFKernel, walkers: int) -> None:
+        before.append(copy.deepcopy(self))
+        redraw(self, walkers)
+
+    monkeypatch.setattr(GRFKernel, "_redraw_with", recorded)
+    checked = _fitted(graph, train, targets, schedule, **settings)
+    assert len(before) == 1                    # the check's redraw, and no other
+    unchecked = copy.deepcopy(checked)
+    unchecked.covar_module.base_kernel = before[0]
+    unchecked.train()                          # no prediction cache of the other walks
+    return unchecked, checked
+
+
 def _held_out_mean_error(model: GraphGP, graph, train: np.ndarray) -> float:
     """Mean squared distance of the model's latent mean at the unobserved nodes from the exact kernel's, at the
     same hyperparameters, relative to the exact latent predictive variance there."""
@@ -441,27 +466,26 @@ def _held_out_mean_error(model: GraphGP, graph, train: np.ndarray) -> float:
     return float((mean - reference.mean).square().mean() / reference.variance.mean())
 
 
-def test_prediction_walkers_grow_until_the_predictive_mean_is_accurate():
+def test_prediction_walkers_grow_until_the_predictive_mean_is_accurate(monkeypatch: pytest.MonkeyPatch):
     # A long-range draw at a high signal-to-noise ratio: a coarse Gram error tolerance leaves
     # walks whose noise is a large part of the predictive error away from the data (training ends
     # on those walks: no round redrawn for the whitened error).
     graph, train, targets = _long_range_draw(0)
-    loose = WalkSchedule(max_train_walkers=256, sigma_fit_samples=20, predict_tolerance=0.03,
-                         predict_error_tolerance=0.9, expansion_target=None)
-    unchecked = _fitted(graph, train, targets, loose)
+    schedule = WalkSchedule(max_train_walkers=256, sigma_fit_samples=20, predict_tolerance=0.03,
+                            predict_error_tolerance=0.002, expansion_target=None)
     with pytest.warns(GramToleranceWarning, match="predictive mean") as caught:
-        checked = _fitted(graph, train, targets, WalkSchedule(**{**loose.to_dict(), "predict_error_tolerance": 0.002}))
+        unchecked, checked = _fitted_before_and_after_the_check(graph, train, targets, schedule, monkeypatch)
     assert caught[0].filename == __file__
     first, more = unchecked.covar_module.base_kernel, checked.covar_module.base_kernel
-    # The same training (same seed) up to the check, which then draws more walkers, up to the cap.
+    # The check draws more walkers, up to the cap, for the hyperparameters training ended with.
     assert first.kernel_family.hyperparameters() == more.kernel_family.hyperparameters()
     assert first.prediction_error_estimate > 10 * 0.002
     assert more.num_walkers == MAX_PREDICT_WALKERS >= 4 * first.num_walkers
     assert more.prediction_error_estimate == pytest.approx(
         first.prediction_error_estimate * first.num_walkers / more.num_walkers)
-    # Redrawn for the same hyperparameters, after the same corrected round.
+    # Redrawn for the hyperparameters training ended with, after a corrected round.
     assert more.prediction_hyperparameters == more.kernel_family.hyperparameters()
-    assert more.bias_expansion_error == first.bias_expansion_error > 0
+    assert more.bias_corrected and more.bias_expansion_error > 0
     errors = [_held_out_mean_error(model, graph, train) for model in (unchecked, checked)]
     assert errors[1] < 0.5 * errors[0]         # more walkers, a more accurate mean
 
@@ -472,16 +496,15 @@ def test_the_predictive_mean_check_runs_on_training_sets_solved_by_cg(monkeypatc
     # training ends, with exact solves of its own.
     monkeypatch.setattr(grf_kernel_module, "paired_factor_fits", lambda rows, itemsize: False)
     graph, train, targets = _long_range_draw(0)
-    loose = WalkSchedule(max_train_walkers=256, sigma_fit_samples=20, predict_tolerance=0.03,
-                         predict_error_tolerance=0.9)
+    schedule = WalkSchedule(max_train_walkers=256, sigma_fit_samples=20, predict_tolerance=0.03,
+                            predict_error_tolerance=0.002)
     with pytest.warns(BiasCorrectionWarning, match="one draw") as caught:
-        unchecked = _fitted(graph, train, targets, loose, max_cholesky_size=0)
+        unchecked, checked = _fitted_before_and_after_the_check(graph, train, targets, schedule, monkeypatch,
+                                                                max_cholesky_size=0)
     assert caught[0].filename == __file__
-    checked = _fitted(graph, train, targets, WalkSchedule(**{**loose.to_dict(), "predict_error_tolerance": 0.002}),
-                      max_cholesky_size=0)
     first, more = unchecked.covar_module.base_kernel, checked.covar_module.base_kernel
     # The draw training ended on, uncorrected and coarse: its whitened error is large.
-    assert first.bias_expansion_error == more.bias_expansion_error > 0.3
+    assert not more.bias_corrected and more.bias_expansion_error > 0.3
     assert first.kernel_family.hyperparameters() == more.kernel_family.hyperparameters()
     assert first.prediction_error_estimate > 10 * 0.002
     assert more.num_walkers == MAX_PREDICT_WALKERS >= 4 * first.num_walkers
