@@ -99,7 +99,8 @@ def _model(graph: Any, train: np.ndarray, observed: np.ndarray, base: Any) -> tu
 
     kernel = gpytorch.kernels.ScaleKernel(base)
     likelihood = gpytorch.likelihoods.GaussianLikelihood()
-    return GraphGP(train, torch.as_tensor(observed[train], dtype=torch.float32), likelihood, kernel), likelihood
+    targets = torch.as_tensor(observed[train], dtype=torch.get_default_dtype())
+    return GraphGP(train, targets, likelihood, kernel), likelihood
 
 
 def _exact_kernel(graph: Any, family: str, dense_limit: int) -> Any:
@@ -170,7 +171,7 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
                hyper: dict[str, float] | None, exact_starts: str = "both",
                exact_variances: bool = True, schedule_options: dict[str, Any] | None = None,
                settings: dict[str, Any] | None = None, exact_cpu_limit: float | None = None,
-               kernel_family: str = "diffusion") -> dict[str, Any]:
+               kernel_family: str = "diffusion", dtype: str = "float32") -> dict[str, Any]:
     """Train (or set) and predict with one method; return accuracy, hyperparameters and times.
 
     :param schedule_options: ``WalkSchedule`` fields that the ``defaults`` method changes
@@ -180,11 +181,15 @@ def run_method(spec: str, method: str, iterations: int, seed: int, dense_limit: 
         unconverged (``None``: no limit); every exact run records its loss against CPU time.
     :param kernel_family: Registered name of every model's kernel family
         (:func:`gp_couple.get_kernel_family`, at its constructor's initial hyperparameters).
+    :param dtype: ``"float32"`` (the library's default) or ``"float64"``: every model's parameters,
+        walks and targets (the default dtype of this method's subprocess).
     """
     import warnings
 
     import gpytorch
     import torch
+
+    torch.set_default_dtype(getattr(torch, dtype))
 
     from gp_couple import GRFKernel, WalkSchedule, fit_gp, get_kernel_family, grf_gp_settings, predict
     from gp_couple.evaluation import nlpd, rmse
@@ -351,6 +356,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--kernel-family", default="diffusion",
                         help="registered kernel family of every model (gp_couple.get_kernel_family), at its "
                              "constructor's initial hyperparameters")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                        help="dtype of every model (float32: the library's default)")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
     settings = None if args.max_cholesky_size is None else {"max_cholesky_size": args.max_cholesky_size}
@@ -392,8 +399,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row = run_in_subprocess(__file__, run_method, spec, method, args.iterations, args.seed,
                                         args.dense_limit, hyper, args.exact_starts, not args.exact_means_only,
                                         schedule_options if method == "defaults" else None, settings,
-                                        args.exact_cpu_limit, args.kernel_family)
-                row.update(problem=spec, seed=args.seed, load=os.getloadavg()[0])
+                                        args.exact_cpu_limit, args.kernel_family, args.dtype)
+                row.update(problem=spec, seed=args.seed, load=os.getloadavg()[0], dtype=args.dtype)
                 if settings is not None:
                     row.update(settings=settings)
                 if method == "defaults" and schedule_options is not None:
