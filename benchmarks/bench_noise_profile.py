@@ -1,21 +1,21 @@
 r"""Benchmark (a diagnosis): how well do the data fix the noise, and where is the exact likelihood's optimum?
 
-On a ``prior:GAMMA:GRAPH@N`` problem of :mod:`bench_graph_gp_accuracy` with a diffusion kernel
-(the family of those draws), the exact training covariance at a given :math:`\gamma` is
+On a problem of :mod:`bench_graph_gp_accuracy` (e.g. ``prior:GAMMA:GRAPH@N``), the exact
+training covariance at the kernel family and hyperparameters of an exact row of
+``bench_convergence.py`` (``--exact-from``) is
 
 .. math::
 
-    \mathbf C(s, \sigma^2) = s\,\mathbf K_{XX} + \sigma^2\mathbf I, \qquad
-    \mathbf K_{XX} = \exp(-\gamma^2\widetilde{\mathbf L})_{XX},
+    \mathbf C(s, \sigma^2) = s\,\mathbf K_{XX} + \sigma^2\mathbf I,
 
-with :math:`\mathbf K_{XX}` computed in float64 by ``scipy.sparse.linalg.expm_multiply`` on
-blocks of unit columns (no dense matrix of the whole graph), and diagonalised once, so the
-exact negative log-likelihood (zero mean) is a closed form in the output scale :math:`s` and the
-noise :math:`\sigma^2`. Reported at the :math:`\gamma` of ``--exact-from`` (a
-``bench_convergence.py`` exact row):
+with :math:`\mathbf K_{XX}` (e.g. :math:`\exp(-\gamma^2\widetilde{\mathbf L})_{XX}` for the
+diffusion kernel) computed in float64 by :func:`gp_couple.exact.exact_kernel_columns` on
+blocks of columns (no dense matrix of the whole graph), and diagonalised once, so the exact
+negative log-likelihood (zero mean) is a closed form in the output scale :math:`s` and the
+noise :math:`\sigma^2`. Reported, with the family's hyperparameters held:
 
 * the float64 optimum in :math:`(\log s, \log\sigma^2)`, with Laplace standard deviations (the
-  inverse Hessian; :math:`\gamma` held, so they are lower bounds);
+  inverse Hessian; the family's hyperparameters held, so they are lower bounds);
 * for every row of ``--compare`` (``bench_convergence.py`` rows, e.g. a GRF-GP's and the exact
   GP's own, whose loss may be a float32 CG estimate) its noise, its distance from the optimum in
   log-noise and in Laplace standard deviations, and the excess of the exact likelihood at that
@@ -46,46 +46,64 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _measure import emit_report  # noqa: E402
+from bench_convergence import hyperparameter_names  # noqa: E402
 from bench_graph_gp_accuracy import problem  # noqa: E402
 
-#: Unit columns per ``expm_multiply`` call.
+#: Columns per :func:`gp_couple.exact.exact_kernel_columns` call.
 BLOCK = 500
 
 
-def exact_training_kernel(graph: Any, train: Any, gamma: float) -> Any:
-    """:math:`\\exp(-\\gamma^2\\widetilde{\\mathbf L})_{XX}` in float64, symmetrised."""
-    import numpy as np
-    import scipy.sparse as sp
-    from scipy.sparse.linalg import expm_multiply
+def _family_hyperparameters(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's kernel family and its learnt hyperparameters (neither output scale nor noise)."""
+    return {"kernel_family": row.get("kernel_family", "diffusion"),
+            **{name: row[name] for name in hyperparameter_names(row) if name not in ("outputscale", "noise")}}
 
-    laplacian = sp.identity(graph.num_nodes, format="csr") - graph.normalized_adjacency()
+
+def exact_family(row: dict[str, Any]) -> Any:
+    """The kernel family of a ``bench_convergence.py`` row at its learnt hyperparameters, in float64."""
+    from gp_couple import get_kernel_family
+
+    hyperparameters = _family_hyperparameters(row)
+    family = get_kernel_family(hyperparameters.pop("kernel_family")).double()
+    for name, value in hyperparameters.items():
+        setattr(family, name, value)
+    return family
+
+
+def exact_training_kernel(graph: Any, train: Any, family: Any) -> Any:
+    """The exact kernel of ``family`` at the training nodes, float64, symmetrised, from blocks of
+    :data:`BLOCK` columns of :func:`gp_couple.exact.exact_kernel_columns`."""
+    import numpy as np
+
+    from gp_couple.exact import exact_kernel_columns
+
     kernel = np.empty((train.size, train.size))
     for start in range(0, train.size, BLOCK):
-        columns = train[start:start + BLOCK]
-        block = np.zeros((graph.num_nodes, columns.size))
-        block[columns, np.arange(columns.size)] = 1.0
-        kernel[:, start:start + columns.size] = expm_multiply(-gamma**2 * laplacian, block)[train]
+        kernel[:, start:start + BLOCK] = exact_kernel_columns(family, graph, train[start:start + BLOCK])[train]
     return (kernel + kernel.T) / 2
 
 
-def _rows(path: str) -> list[dict[str, Any]]:
+def _rows(path: str, spec: str, seed: int) -> list[dict[str, Any]]:
+    """The rows of a ``bench_convergence.py`` JSON on problem ``spec`` with ``seed`` (without failed ones)."""
     with open(path) as handle:
-        return json.load(handle)["rows"]
+        return [row for row in json.load(handle)["rows"]
+                if row.get("problem") == spec and row.get("seed") == seed and "error" not in row]
 
 
-def _spectrum(spec: str, seed: int, gamma: float, cache: str | None) -> tuple[Any, Any, int]:
+def _spectrum(spec: str, seed: int, exact: dict[str, Any], cache: str | None) -> tuple[Any, Any, int]:
     """Eigenvalues of the exact training kernel and the squared projections of the targets on its
-    eigenvectors (read from ``cache`` where it holds those of this problem, seed and γ; else
-    computed, and written there)."""
+    eigenvectors (read from ``cache`` where it holds those of this problem, seed, kernel family and
+    hyperparameters; else computed, and written there)."""
     import numpy as np
 
-    key = np.array([spec, str(seed), repr(gamma)])
+    family = exact_family(exact)
+    key = np.array([spec, str(seed), json.dumps(_family_hyperparameters(exact), sort_keys=True)])
     if cache is not None and os.path.exists(cache):
         with np.load(cache) as stored:
             if np.array_equal(stored["key"], key):
                 return stored["eigenvalues"], stored["projected"], int(stored["eigenvalues"].size)
     graph, _, observed, train, _ = problem(spec, seed)
-    eigenvalues, vectors = np.linalg.eigh(exact_training_kernel(graph, train, gamma))
+    eigenvalues, vectors = np.linalg.eigh(exact_training_kernel(graph, train, family))
     projected = (vectors.T @ observed[train]) ** 2
     if cache is not None:
         partial = f"{cache}.partial.npz"
@@ -98,10 +116,12 @@ def run(spec: str, seed: int, exact_from: str, compare: list[str], cache: str | 
     import numpy as np
     from scipy.optimize import minimize
 
-    (exact,) = [row for row in _rows(exact_from) if row["method"] == "exact"]
-    gamma = float(exact["gamma"])
+    exact_rows = [row for row in _rows(exact_from, spec, seed) if row.get("method") == "exact"]
+    if len(exact_rows) != 1:
+        raise ValueError(f"{exact_from} must hold one exact row of {spec} with seed {seed}, found {len(exact_rows)}")
+    (exact,) = exact_rows
     began = time.process_time()
-    eigenvalues, projected, points = _spectrum(spec, seed, gamma, cache)
+    eigenvalues, projected, points = _spectrum(spec, seed, exact, cache)
 
     def nll(log_scale: float, log_noise: float) -> float:
         covariance = math.exp(log_scale) * eigenvalues + math.exp(log_noise)
@@ -121,16 +141,16 @@ def run(spec: str, seed: int, exact_from: str, compare: list[str], cache: str | 
     log_scale, log_noise = (float(value) for value in best.x)
     compared = []
     for path in compare:
-        for row in _rows(path):
+        for row in _rows(path, spec, seed):
             noise = float(row["noise"])
             profile = minimize(lambda point, noise=noise: nll(point[0], math.log(noise)), [log_scale],
                                method="Nelder-Mead", options={"xatol": 1e-9, "fatol": 1e-9})
             shift = math.log(noise) - log_noise
             compared.append({"source": os.path.basename(path), "method": row["method"], "noise": noise,
-                             "gamma": float(row["gamma"]), "outputscale": float(row["outputscale"]),
+                             "family": _family_hyperparameters(row), "outputscale": float(row["outputscale"]),
                              "log_noise_from_optimum": shift, "laplace_deviations": shift / float(deviations[1]),
                              "nll_excess_nats": float(profile.fun - best.fun)})
-    return {"problem": spec, "seed": seed, "train": points, "gamma": gamma,
+    return {"problem": spec, "seed": seed, "train": points, "exact_family": _family_hyperparameters(exact),
             "optimum": {"outputscale": math.exp(log_scale), "noise": math.exp(log_noise), "nll": float(best.fun)},
             "laplace_sd": {"log_outputscale": float(deviations[0]), "log_noise": float(deviations[1])},
             "compared": compared, "cpu_s": time.process_time() - began}
@@ -138,12 +158,14 @@ def run(spec: str, seed: int, exact_from: str, compare: list[str], cache: str | 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--problem", required=True, help="a prior:GAMMA:GRAPH@N problem")
+    parser.add_argument("--problem", required=True,
+                        help="a bench_graph_gp_accuracy.py problem, e.g. prior:GAMMA:GRAPH@N")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--exact-from", required=True, help="bench_convergence.py JSON with the exact row (its γ)")
+    parser.add_argument("--exact-from", required=True,
+                        help="bench_convergence.py JSON with the exact row (its kernel family and hyperparameters)")
     parser.add_argument("--compare", nargs="*", default=[], help="bench_convergence.py JSON files whose rows to place")
     parser.add_argument("--cache", default=None,
-                        help=".npz of the spectrum, reused by later runs on the same problem, seed and γ")
+                        help=".npz of the spectrum, reused by later runs on the same problem, seed and family")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
     result = run(args.problem, args.seed, args.exact_from, [args.exact_from, *args.compare], args.cache)
