@@ -267,6 +267,9 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     was_training = model.training
     model.train()
     mll = DenseMarginalLogLikelihood(likelihood, model)
+    with torch.no_grad():
+        # gpytorch's marginal log-likelihood is the mean over the event (observations, tasks).
+        num_data = model(*model.train_inputs).event_shape.numel()
     history = TrainingHistory()
 
     def counted(step: int, loss: float) -> bool | None:
@@ -282,7 +285,8 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
             lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
             dict(model.named_parameters()), iterations=iterations, lr=lr, optimizer=optimizer,
             convergence=convergence, seed=None if base_seed is None else base_seed + phase,
-            callback=None if callback is None else counted, constraints=parameter_constraints(model), warn=False))
+            callback=None if callback is None else counted, constraints=parameter_constraints(model), warn=False,
+            num_data=num_data))
         history.phases = phase + 1
         return history.reason != "callback"
 

@@ -45,7 +45,10 @@ The stopping rule (:class:`Convergence`) is stated in terms of the loss and the
 parameters: training has converged when the loss changed by at most ``loss_tolerance``
 (relative to :math:`\max(1, |\text{loss}|)`) and no parameter moved by more than
 ``parameter_tolerance`` — between consecutive L-BFGS iterations (where, in addition, no
-gradient entry may exceed ``gradient_tolerance``), or between the means of two
+gradient entry may exceed ``gradient_tolerance``, nor, for a loss that is a mean over
+``num_data`` terms such as a GP's negative log-likelihood per observation, may the total's
+exceed ``total_gradient_tolerance``: a statistical objective fixes its parameters more
+tightly the more data it averages), or between the means of two
 consecutive windows of ``window`` Adam steps (whose losses are noisy). SciPy's
 relative-reduction test (``ftol``) is off: it compares two consecutive losses only, and
 L-BFGS-B's first step on a boxed problem is the raw gradient, which in an ill-conditioned
@@ -120,6 +123,18 @@ class Convergence:
         region on the quasi-Newton step). A trial point beyond it is refused unevaluated, as
         worse than the last accepted point, and the line search steps back (``math.inf``: no
         limit).
+    :ivar total_gradient_tolerance: L-BFGS on a loss that is a mean over ``num_data`` terms
+        (:func:`minimize`'s ``num_data``; a GP's negative log-likelihood per observation) only:
+        largest gradient entry of the total, ``num_data`` times the loss, that counts as
+        converged, besides ``gradient_tolerance``. For a negative log-likelihood it is in nats per
+        unit of the optimiser's coordinate (the logarithm of a positive hyperparameter): near the
+        optimum, a hyperparameter whose logarithm has Laplace standard deviation :math:`s` has a
+        gradient of :math:`\delta/s^2` at a distance :math:`\delta` from it, so the test leaves it
+        within :math:`t s^2` of the optimum (:math:`t` this tolerance) whatever the number of
+        data. A per-term tolerance alone does not: the data fix the hyperparameters ever more
+        tightly as they grow, while the same per-term gradient allows ``num_data`` times more
+        nats, and on thousands of observations it stops where the likelihood is flat but
+        several standard deviations from its optimum (a noise far below it, on a sparse design).
     """
 
     loss_tolerance: float = 1e-4
@@ -128,9 +143,10 @@ class Convergence:
     gradient_tolerance: float = 1e-3
     line_search_evaluations: int = 8
     step_factor: float = 10.0
+    total_gradient_tolerance: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("loss_tolerance", "parameter_tolerance", "gradient_tolerance"):
+        for name in ("loss_tolerance", "parameter_tolerance", "gradient_tolerance", "total_gradient_tolerance"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not (value > 0 and math.isfinite(value)):
@@ -147,6 +163,13 @@ class Convergence:
         """Whether a loss change and a parameter change are within the tolerances."""
         return (abs(loss_change) <= self.loss_tolerance * max(1.0, abs(loss))
                 and parameter_change <= self.parameter_tolerance)
+
+    def stationary(self, steepest: float, loss: float, num_data: int | None) -> bool:
+        """Whether the largest gradient entry ``steepest`` of a loss is within the gradient tolerances:
+        ``gradient_tolerance``, and for a mean over ``num_data`` terms (``None``: not a mean),
+        ``total_gradient_tolerance`` on the total."""
+        return (steepest <= self.gradient_tolerance * max(1.0, abs(loss))
+                and (num_data is None or steepest * num_data <= self.total_gradient_tolerance))
 
 
 class TrainingHistory(list):
@@ -346,7 +369,7 @@ class _Coordinates:
 
 def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter], floors: list[Tensor | None],
            iterations: int, convergence: Convergence, callback: Callable[[int, float], bool | None] | None,
-           history: TrainingHistory, seed: int) -> None:
+           history: TrainingHistory, seed: int, num_data: int | None) -> None:
     from scipy import optimize
 
     sizes = [parameter.numel() for parameter in parameters]
@@ -432,7 +455,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             history.reason = "callback"
             raise StopIteration
         steepest = float(np.abs(evaluated["gradient"]).max()) if start.size else 0.0
-        if settled and steepest <= convergence.gradient_tolerance * max(1.0, abs(value)):
+        if settled and convergence.stationary(steepest, value, num_data):
             history.converged, history.reason = True, "converged"
             raise StopIteration
 
@@ -457,8 +480,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         lower = np.array([low for low, _ in coordinates.bounds], dtype=np.float64)
         upper = np.array([high for _, high in coordinates.bounds], dtype=np.float64)
         gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
-        scale = max(1.0, abs(state["value"]))
-        stationary = float(np.abs(gradient).max(initial=0.0)) <= convergence.gradient_tolerance * scale
+        stationary = convergence.stationary(float(np.abs(gradient).max(initial=0.0)), state["value"], num_data)
         if status == 0 and stationary:
             history.converged, history.reason = True, message
         elif status == 2 and (state["settled"] or stationary):
@@ -520,7 +542,7 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
              lr: float = 0.01, optimizer: str = "adam", convergence: Convergence | None = None,
              seed: SeedLike = None, callback: Callable[[int, float], bool | None] | None = None,
              description: str = "training", warn: bool = True,
-             constraints: Mapping[str, Any] | None = None) -> TrainingHistory:
+             constraints: Mapping[str, Any] | None = None, num_data: int | None = None) -> TrainingHistory:
     """Minimise ``objective()`` over ``parameters``: the training loop of every fitter.
 
     :param objective: Returns the loss (a scalar tensor) of the current parameters.
@@ -539,11 +561,18 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
     :param constraints: gpytorch constraints of some ``parameters``, by the same names
         (:func:`parameter_constraints`): L-BFGS optimises those under a softplus lower
         bound in logarithmic coordinates (see the module docstring). Adam ignores them.
+    :param num_data: How many terms ``objective()`` averages (a GP's mean negative
+        log-likelihood: the number of observations). L-BFGS then also holds the gradient of
+        the total to :attr:`Convergence.total_gradient_tolerance`; ``None`` (the default) for a
+        loss that is not a mean.
     :return: The loss before each step, with how training ended (:class:`TrainingHistory`).
     :raises ValueError: For an unknown optimiser or a bad schedule.
     :raises FloatingPointError: If the loss (Adam) or a parameter becomes NaN or infinite.
     """
     check_schedule(iterations, lr)
+    if num_data is not None and (isinstance(num_data, bool) or not isinstance(num_data, (int, np.integer))
+                                 or num_data < 1):
+        raise ValueError(f"num_data must be a positive int or None, got {num_data!r}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     if convergence is not None and not isinstance(convergence, Convergence):
@@ -566,8 +595,8 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
         if iterations > 0:
             _lbfgs(objective, [parameter for _, parameter in trainable],
                    [torch.as_tensor(constraints[name].lower_bound) if _log_coordinate(constraints.get(name)) else None
-                    for name, _ in trainable], int(iterations),
-                   convergence or Convergence(), callback, history, draw_seed(seed))
+                    for name, _ in trainable], int(iterations), convergence or Convergence(), callback, history,
+                   draw_seed(seed), None if num_data is None else int(num_data))
     else:
         with seeded_torch_rng(seed):
             _adam(objective, [parameter for _, parameter in trainable], int(iterations), lr, convergence, callback,

@@ -184,9 +184,11 @@ class ShardedSparseSpectrumGP(torch.nn.Module):
         :param seed: Seed of the loop (the objective itself draws nothing).
         :return: The training history.
         """
-        return minimize(self.loss, dict(self.named_parameters()), iterations=check_int("iterations", iterations, 0),
+        iterations = check_int("iterations", iterations, 0)
+        num_data = int(self.collective.all_reduce(self.train_targets.new_tensor([self.train_targets.numel()])).item())
+        return minimize(self.loss, dict(self.named_parameters()), iterations=iterations,
                         lr=lr, optimizer=optimizer, convergence=Convergence() if convergence is None else convergence,
-                        seed=seed, description="sparse-spectrum GP")
+                        seed=seed, description="sparse-spectrum GP", num_data=num_data)
 
     def predict(self, inputs: Tensor, *, noise: bool = True) -> tuple[Tensor, Tensor]:
         """Posterior means and variances at ``inputs`` (this process's test points; no collectives

@@ -196,10 +196,42 @@ def test_a_line_search_at_the_rounding_noise_ends_training_as_converged():
     assert float(x.detach()) == pytest.approx(3.0, abs=1e-3)
 
 
+def test_a_mean_over_many_data_is_held_to_the_gradient_of_its_total():
+    """The per-term gradient test alone stops a mean over many terms standard deviations from its optimum.
+
+    The loss is a mean negative log-likelihood over :math:`N = 10^6` observations whose
+    total has curvature 10 about its optimum at 3 (Laplace standard deviation 0.32). From
+    0, L-BFGS-B's first step (a unit step along the gradient) lands at 1, where the loss
+    changed by 2.5e-5 and the gradient per term is 2e-5: every per-term test holds, six
+    standard deviations from the optimum. With ``num_data`` the total's gradient (20 nats)
+    is held to ``total_gradient_tolerance`` (1), which leaves at most 0.1.
+    """
+    num_data, curvature = 10**6, 10.0
+    rule = Convergence(parameter_tolerance=10.0)
+    ends = {}
+    for given in (None, num_data):
+        x = torch.nn.Parameter(torch.tensor([0.0], dtype=torch.float64))
+        history = minimize(lambda x=x: 0.5 * curvature / num_data * ((x - 3.0) ** 2).sum(), {"x": x}, iterations=50,
+                           optimizer="lbfgs", convergence=rule, num_data=given)
+        assert history.converged
+        ends[given] = float(x.detach())
+    assert abs(ends[None] - 3.0) * math.sqrt(curvature) > 5
+    assert abs(ends[num_data] - 3.0) <= rule.total_gradient_tolerance / curvature
+    assert rule.stationary(2e-5, 1.0, None) and not rule.stationary(2e-5, 1.0, num_data)
+
+
+@pytest.mark.parametrize("num_data", [0, -3, 2.5, True, "10"])
+def test_minimize_rejects_a_bad_num_data(num_data):
+    x = torch.nn.Parameter(torch.tensor([0.0]))
+    with pytest.raises(ValueError, match="num_data"):
+        minimize(lambda: (x ** 2).sum(), {"x": x}, iterations=1, optimizer="lbfgs", num_data=num_data)
+
+
 @pytest.mark.parametrize("kwargs", [{"loss_tolerance": 0.0}, {"parameter_tolerance": float("inf")},
                                     {"window": 0}, {"window": 2.5}, {"line_search_evaluations": 0},
                                     {"line_search_evaluations": True}, {"step_factor": 1.0},
-                                    {"step_factor": float("nan")}, {"step_factor": True}])
+                                    {"step_factor": float("nan")}, {"step_factor": True},
+                                    {"total_gradient_tolerance": 0.0}])
 def test_convergence_validates_its_tolerances(kwargs):
     with pytest.raises(ValueError):
         Convergence(**kwargs)

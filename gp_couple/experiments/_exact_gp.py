@@ -144,7 +144,8 @@ def fit_gp_hyperparameters(inputs: np.ndarray, targets: np.ndarray, *, iteration
     with gpytorch.settings.max_cholesky_size(max(len(y), 800) + 1):
         history = minimize(lambda: -mll(model(x), y), dict(model.named_parameters()), iterations=iterations,
                            lr=lr, optimizer=optimizer, convergence=convergence, seed=0,
-                           description="exact-GP hyperparameters", constraints=parameter_constraints(model))
+                           description="exact-GP hyperparameters", constraints=parameter_constraints(model),
+                           num_data=len(y))
     kernel = model.covar_module
     # L-BFGS records the starting loss too.
     used = len(history) - 1 if optimizer == "lbfgs" and history else len(history)

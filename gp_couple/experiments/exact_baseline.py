@@ -171,7 +171,7 @@ def _lbfgs_restart(family_name: str, start: dict[str, float], eigenvalues: torch
         history = minimize(lambda: _negative_log_likelihood(family, log_scale, log_noise, eigenvalues, basis,
                                                             targets) / len(targets),
                            parameters, iterations=_LBFGS_ITERATIONS, optimizer="lbfgs", convergence=_CONVERGENCE,
-                           seed=0)
+                           seed=0, num_data=len(targets))
         with torch.no_grad():
             value = float(_negative_log_likelihood(family, log_scale, log_noise, eigenvalues, basis, targets))
     except (RuntimeError, ValueError, FloatingPointError) as error:  # e.g. a constraint violation
