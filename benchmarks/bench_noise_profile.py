@@ -112,13 +112,15 @@ def _spectrum(spec: str, seed: int, exact: dict[str, Any], cache: str | None) ->
     return eigenvalues, projected, int(train.size)
 
 
-def run(spec: str, seed: int, exact_from: str, compare: list[str], cache: str | None = None) -> dict[str, Any]:
+def run(spec: str, seed: int, exact_from: str, compare: list[str], cache: str | None = None,
+        method: str = "exact") -> dict[str, Any]:
     import numpy as np
     from scipy.optimize import minimize
 
-    exact_rows = [row for row in _rows(exact_from, spec, seed) if row.get("method") == "exact"]
+    exact_rows = [row for row in _rows(exact_from, spec, seed) if row.get("method") == method]
     if len(exact_rows) != 1:
-        raise ValueError(f"{exact_from} must hold one exact row of {spec} with seed {seed}, found {len(exact_rows)}")
+        raise ValueError(f"{exact_from} must hold one {method} row of {spec} with seed {seed}, "
+                         f"found {len(exact_rows)}")
     (exact,) = exact_rows
     began = time.process_time()
     eigenvalues, projected, points = _spectrum(spec, seed, exact, cache)
@@ -149,8 +151,13 @@ def run(spec: str, seed: int, exact_from: str, compare: list[str], cache: str | 
             compared.append({"source": os.path.basename(path), "method": row["method"], "noise": noise,
                              "family": _family_hyperparameters(row), "outputscale": float(row["outputscale"]),
                              "log_noise_from_optimum": shift, "laplace_deviations": shift / float(deviations[1]),
-                             "nll_excess_nats": float(profile.fun - best.fun)})
-    return {"problem": spec, "seed": seed, "train": points, "exact_family": _family_hyperparameters(exact),
+                             "nll_excess_nats": float(profile.fun - best.fun),
+                             # At the row's own output scale too: its excess where its family's
+                             # hyperparameters are those of the profile.
+                             "nll_excess_at_row_nats": float(nll(math.log(row["outputscale"]), math.log(noise))
+                                                             - best.fun)})
+    return {"problem": spec, "seed": seed, "train": points, "profile_method": method,
+            "exact_family": _family_hyperparameters(exact),
             "optimum": {"outputscale": math.exp(log_scale), "noise": math.exp(log_noise), "nll": float(best.fun)},
             "laplace_sd": {"log_outputscale": float(deviations[0]), "log_noise": float(deviations[1])},
             "compared": compared, "cpu_s": time.process_time() - began}
@@ -163,12 +170,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exact-from", required=True,
                         help="bench_convergence.py JSON with the exact row (its kernel family and hyperparameters)")
+    parser.add_argument("--method", default="exact",
+                        help="the method of the --exact-from row whose kernel family and hyperparameters the profile "
+                             "holds (default exact; e.g. defaults: the exact likelihood at a GRF-GP's range)")
     parser.add_argument("--compare", nargs="*", default=[], help="bench_convergence.py JSON files whose rows to place")
     parser.add_argument("--cache", default=None,
                         help=".npz of the spectrum, reused by later runs on the same problem, seed and family")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
-    result = run(args.problem, args.seed, args.exact_from, [args.exact_from, *args.compare], args.cache)
+    result = run(args.problem, args.seed, args.exact_from, [args.exact_from, *args.compare], args.cache, args.method)
     return emit_report({"benchmark": "noise_profile", **result}, args.json_out)
 
 
