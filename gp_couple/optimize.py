@@ -483,12 +483,10 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         stationary = convergence.stationary(float(np.abs(gradient).max(initial=0.0)), state["value"], num_data)
         if status == 0 and stationary:
             history.converged, history.reason = True, message
-        elif status in (0, 2) and (state["settled"] or stationary):
-            # A line search found no decrease (status 2), or SciPy's relative-reduction test, at
-            # ftol 0, met an accepted step that did not lower the loss at all (status 0), after an
-            # iteration that met the loss and parameter tests, or from a point that meets the
-            # gradient test (e.g. a phase that starts where the last one converged): the loss is
-            # at its rounding noise there.
+        elif status == 2 and (state["settled"] or stationary):
+            # A line search found no decrease after an iteration that met the loss and parameter
+            # tests, or from a point that meets the gradient test (e.g. a phase that starts where
+            # the last one converged): the loss is at its rounding noise there.
             history.converged = True
             history.reason = "converged (no decrease beyond the objective's rounding noise)"
         elif status != 1 and len(history) - 1 < iterations:

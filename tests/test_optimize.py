@@ -350,28 +350,6 @@ def test_scipys_relative_reduction_test_is_no_convergence_where_the_gradient_is_
     assert at_bound.converged
 
 
-def test_scipys_relative_reduction_test_after_a_settled_iteration_is_the_rounding_noise(monkeypatch):
-    """At ftol 0 SciPy's relative-reduction test ends a run on an accepted step that did not lower the
-    loss at all. After an iteration that met the loss and parameter tests, that is the objective's
-    rounding noise (a float32 CG objective near its optimum), as for a line search that finds no
-    decrease: converged, without a warning. Where no iteration settled, it is no convergence (above).
-    """
-    from scipy import optimize
-
-    def one_settled_iteration(fun, x0, callback, **kwargs):
-        value, _ = fun(x0)
-        callback(optimize.OptimizeResult(x=x0.copy(), fun=value))   # moved nothing, the loss unchanged
-        return optimize.OptimizeResult(x=x0, status=0, message="CONVERGENCE: RELATIVE REDUCTION OF F <= FACTR*EPSMCH")
-
-    monkeypatch.setattr(optimize, "minimize", one_settled_iteration)
-    x = torch.nn.Parameter(torch.tensor([0.0], dtype=torch.float64))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", TrainingWarning)
-        history = minimize(lambda: ((x - 3.0) ** 2).sum(), {"x": x}, iterations=20, optimizer="lbfgs")
-    assert history.converged and "rounding noise" in history.reason
-    assert history.steepest == pytest.approx(6.0)
-
-
 def test_lbfgs_does_not_stop_on_its_short_first_step_in_an_ill_conditioned_valley():
     """L-BFGS-B's first step on a boxed problem is the raw gradient; in a valley whose curvatures
     differ by 10^5 (the range against the noise of a GP on 10^4 nodes) the line search shortens
