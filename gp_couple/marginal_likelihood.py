@@ -42,10 +42,10 @@ Cholesky factor :math:`\mathbf L` of the kernel matrix), as
 optimization"). That removes the variance in the :math:`k` directions :math:`\mathbf L` captures,
 but for the noise (:math:`\partial\mathbf P = \partial\mathbf C = \partial\sigma^2\,\mathbf I`)
 it adds a variance of about :math:`2` per direction in which the kernel matrix exceeds the noise and
-:math:`\mathbf L` does not reach: on thousands of training points with a smooth kernel, an error of
-ten nats or more in the log-likelihood's derivative in :math:`\log\sigma^2`, whose curvature is
-only that of the few directions below the noise. With the probes fixed, L-BFGS then converges one to
-two standard deviations away from the noise's optimum. So this objective holds the
+:math:`\mathbf L` does not reach. On thousands of training points with a smooth kernel that is
+almost every direction, while the likelihood's curvature in :math:`\log\sigma^2` is only that of
+the few directions below the noise: with the probes fixed, L-BFGS converges away from the noise's
+optimum by one or more of that curvature's standard deviations. So this objective holds the
 preconditioner's diagonal fixed in the gradient: the noise's derivative is the plain estimate
 :math:`\partial\sigma^2\,(\mathbf C^{-1}\mathbf z)^\top\mathbf P^{-1}\mathbf z`, unbiased and with a
 variance of :math:`2\sum_i(\sigma^2/c_i)^2/p` for :math:`p` probes and eigenvalues :math:`c_i` of

@@ -124,10 +124,12 @@ def test_grf_kernels_factorise_dense_features_and_leave_sparse_ones_on_many_poin
 
 
 class _EuclideanGP(gpytorch.models.ExactGP):
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, likelihood: gpytorch.likelihoods.GaussianLikelihood) -> None:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, likelihood: gpytorch.likelihoods.GaussianLikelihood,
+                 kernel: gpytorch.kernels.Kernel | None = None) -> None:
         super().__init__(x, y, likelihood)
         self.mean_module = gpytorch.means.ZeroMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(CoupledRFFKernel(num_features=8, num_dims=2, seed=0))
+        self.covar_module = gpytorch.kernels.ScaleKernel(
+            CoupledRFFKernel(num_features=8, num_dims=2, seed=0) if kernel is None else kernel)
 
     def forward(self, x: torch.Tensor) -> gpytorch.distributions.MultivariateNormal:
         return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
@@ -152,16 +154,6 @@ def test_a_low_rank_covariance_keeps_its_woodbury_solver(monkeypatch):
         torch.testing.assert_close(gradient, expected_gradient, rtol=0, atol=0)
 
 
-class _RBFGP(gpytorch.models.ExactGP):
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, likelihood: gpytorch.likelihoods.GaussianLikelihood) -> None:
-        super().__init__(x, y, likelihood)
-        self.mean_module = gpytorch.means.ZeroMean()
-        self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
-
-    def forward(self, x: torch.Tensor) -> gpytorch.distributions.MultivariateNormal:
-        return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-
 def test_the_cg_objectives_noise_gradient_has_the_plain_probe_estimates_variance():
     """A kernel matrix above the noise in far more directions than the preconditioner's rank.
 
@@ -176,7 +168,7 @@ def test_the_cg_objectives_noise_gradient_has_the_plain_probe_estimates_variance
     generator = torch.Generator().manual_seed(0)
     x = torch.rand(size, 2, generator=generator, dtype=torch.float64)
     likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
-    model = _RBFGP(x, torch.zeros(size, dtype=torch.float64), likelihood).double()
+    model = _EuclideanGP(x, torch.zeros(size, dtype=torch.float64), likelihood, gpytorch.kernels.RBFKernel()).double()
     model.covar_module.base_kernel.lengthscale = 0.03
     model.covar_module.outputscale = 1.0
     likelihood.noise = noise
