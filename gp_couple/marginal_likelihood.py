@@ -50,7 +50,9 @@ preconditioner's diagonal fixed in the gradient: the noise's derivative is the p
 :math:`\partial\sigma^2\,(\mathbf C^{-1}\mathbf z)^\top\mathbf P^{-1}\mathbf z`, unbiased and with a
 variance of :math:`2\sum_i(\sigma^2/c_i)^2/p` for :math:`p` probes and eigenvalues :math:`c_i` of
 :math:`\mathbf C` (a nat or less), while the kernel's hyperparameters, which the data fix far
-more tightly, keep the control variate through :math:`\mathbf L`. Values are unchanged.
+more tightly, keep the control variate through :math:`\mathbf L`. Values are unchanged, so
+the value's slope in the noise still carries the control variate's error; where that defeats
+SciPy's line searches, :func:`gp_couple.optimize.minimize` finishes on the gradient alone.
 
 **The bias-corrected likelihood.** In the training rounds on a GRF kernel's prediction walks
 (:class:`~gp_couple.kernels.walk_schedule.WalkSchedule`, ``bias_correction``), the kernel

@@ -58,8 +58,16 @@ SciPy's projected-gradient test is met where the gradient projected on the bound
 the gradient test, and when a line search finds no decrease at the objective's rounding
 noise (after an iteration that met the loss and parameter tests, or from a point that
 meets the gradient test). Any other end SciPy reports before the rule
-holds (an abnormal line search, usually a gradient that disagrees with the value) is not
-convergence, and :func:`minimize` warns.
+holds (an abnormal line search, or no decrease at all: usually a value whose slope disagrees
+with the gradient, as a CG/Lanczos estimate's can, or a float32 loss whose rounding hides
+the last decrease) is not convergence. Training then goes on from the gradient alone:
+quasi-Newton iterations on SciPy's last curvature pairs (which are differences of gradients,
+so the value never entered them), whose line searches bracket the sign change of the
+directional derivative and interpolate it by secants, stopping where it has shrunk to half
+its size at the start (a strong Wolfe curvature condition without the sufficient decrease,
+which needs the value; Kafka and Wilke, 2019, "Gradient-only line searches"). They end
+when the gradient test holds; if they cannot (no step moves downhill, or the budget is
+spent), :func:`minimize` warns.
 """
 
 from __future__ import annotations
@@ -328,6 +336,32 @@ def _log_coordinate(constraint: Any) -> bool:
     return bool(torch.isfinite(lower).all()) and not bool(torch.isfinite(upper).any())
 
 
+#: Curvature pairs of the quasi-Newton iterations that follow the gradient alone (as SciPy's L-BFGS-B keeps).
+_CURVATURE_PAIRS = 10
+#: Their line searches end where the directional derivative has shrunk by this factor (a strong
+#: Wolfe curvature condition, without the sufficient decrease that needs the value).
+_CURVATURE = 0.5
+
+
+def _inverse_hessian_product(gradient: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    r"""L-BFGS's two-loop recursion: the inverse-Hessian approximation of the curvature ``pairs``
+    :math:`(\mathbf s_i, \mathbf y_i)` times ``gradient``; without pairs, a step of 0.1 along
+    the gradient's largest entry (a tenfold change of a logarithmic coordinate is the trust region)."""
+    if not pairs:
+        return gradient * (0.1 / max(float(np.abs(gradient).max(initial=0.0)), 1e-300))
+    result = gradient.copy()
+    weights = []
+    for s, y in reversed(pairs):
+        weight = float(s @ result) / float(y @ s)
+        result -= weight * y
+        weights.append(weight)
+    s, y = pairs[-1]
+    result *= float(s @ y) / float(y @ y)
+    for (s, y), weight in zip(pairs, reversed(weights)):
+        result += s * (weight - float(y @ result) / float(y @ s))
+    return result
+
+
 class _AtRoundingNoise(Exception):
     """A line search after a settled L-BFGS iteration spent its evaluations without a decrease."""
 
@@ -387,7 +421,9 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
                 parameter.copy_(torch.as_tensor(chunk, dtype=parameter.dtype).view_as(parameter))
 
     evaluated: dict[str, Any] = {}
-    state: dict[str, Any] = {"settled": False, "searching": 0}
+    state: dict[str, Any] = {"settled": False, "searching": 0, "refused": False, "curvature_pairs": []}
+    lower = np.array([low for low, _ in coordinates.bounds], dtype=np.float64)
+    upper = np.array([high for _, high in coordinates.bounds], dtype=np.float64)
 
     step_limit = math.log(convergence.step_factor)
 
@@ -403,9 +439,11 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         # there is nothing to step back to.
         if "x" not in state:
             raise error
+        state["refused"] = True
         return worse()
 
     def evaluate(z: np.ndarray) -> tuple[float, np.ndarray]:
+        state["refused"] = False
         assign(z)
         for parameter in parameters:
             parameter.grad = None
@@ -467,6 +505,8 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
                                        options={"maxiter": budget, "ftol": 0.0,
                                                 "gtol": 1e-8, "maxls": convergence.line_search_evaluations})
             status, message, final = result.status, str(result.message), result.x
+            memory = getattr(result, "hess_inv", None)
+            state["curvature_pairs"] = list(zip(memory.sk, memory.yk)) if hasattr(memory, "sk") else []
         except _AtRoundingNoise:
             status, message, final = 2, "line search", state["x"]
         # SciPy returns the last point it accepted, not the last one evaluated.
@@ -474,13 +514,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         history.steepest = float(np.abs(state["gradient"]).max(initial=0.0))
         if history.reason != "iterations":
             return
-        # The gradient test at the last accepted point, projected on the bounds (an entry at a bound
-        # whose gradient points out of the box is stationary there).
-        gradient, at = state["gradient"].copy(), state["x"]
-        lower = np.array([low for low, _ in coordinates.bounds], dtype=np.float64)
-        upper = np.array([high for _, high in coordinates.bounds], dtype=np.float64)
-        gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
-        stationary = convergence.stationary(float(np.abs(gradient).max(initial=0.0)), state["value"], num_data)
+        stationary = at_stationary_point()
         if status == 0 and stationary:
             history.converged, history.reason = True, message
         elif status == 2 and (state["settled"] or stationary):
@@ -491,8 +525,96 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             history.reason = "converged (no decrease beyond the objective's rounding noise)"
         elif status != 1 and len(history) - 1 < iterations:
             # SciPy's own ends (an abnormal line search where the last iteration did not meet the
-            # loss and parameter tests) where the gradient test is not met are no convergence either.
+            # loss and parameter tests) where the gradient test is not met are no convergence either:
+            # the gradient alone takes over.
             history.reason = message
+            finish_on_gradient()
+
+    def at_stationary_point() -> bool:
+        """The gradient test at the last accepted point, projected on the bounds (an entry at a bound
+        whose gradient points out of the box is stationary there)."""
+        gradient, at = state["gradient"].copy(), state["x"]
+        gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
+        return convergence.stationary(float(np.abs(gradient).max(initial=0.0)), state["value"], num_data)
+
+    def finish_on_gradient() -> None:
+        """Quasi-Newton iterations from the last accepted point whose line searches follow the gradient
+        alone, until the gradient test holds or the budget is spent (module docstring)."""
+        pairs: list[tuple[np.ndarray, np.ndarray]] = [
+            (s, y) for s, y in state["curvature_pairs"] if float(s @ y) > 0][-_CURVATURE_PAIRS:]
+        while len(history) - 1 < iterations:
+            at, gradient = state["x"], state["gradient"]
+            direction = -_inverse_hessian_product(gradient, pairs)
+            # Entries at a bound that the direction would leave the box through stay there.
+            direction[((at <= lower) & (direction < 0)) | ((at >= upper) & (direction > 0))] = 0.0
+            slope = float(gradient @ direction)
+            if not slope < 0:
+                # The curvature pairs describe another region: restart from the steepest descent.
+                pairs.clear()
+                direction = -_inverse_hessian_product(gradient, pairs)
+                direction[((at <= lower) & (direction < 0)) | ((at >= upper) & (direction > 0))] = 0.0
+                slope = float(gradient @ direction)
+                if not slope < 0:
+                    break
+            accepted = search_on_gradient(at, direction, slope)
+            if accepted is None:
+                break
+            point, value, new_gradient = accepted
+            step, change = point - at, new_gradient - gradient
+            if float(step @ change) > 1e-12 * float(np.linalg.norm(step) * np.linalg.norm(change)):
+                pairs = (pairs + [(step, change)])[-_CURVATURE_PAIRS:]
+            state.update(x=point, value=value, gradient=new_gradient)
+            history.append(value)
+            if callback is not None and callback(len(history) - 2, value) is True:
+                history.reason = "callback"
+                break
+            if at_stationary_point():
+                history.converged = True
+                history.reason = f"converged (gradient-only line searches after SciPy's end: {history.reason})"
+                break
+        assign(state["x"])
+        history.steepest = float(np.abs(state["gradient"]).max(initial=0.0))
+
+    def search_on_gradient(at: np.ndarray, direction: np.ndarray, slope: float
+                           ) -> tuple[np.ndarray, float, np.ndarray] | None:
+        r"""A step along ``direction`` where the directional derivative :math:`\phi'(t)` has shrunk to
+        ``_CURVATURE`` times its size at the start (brackets its sign change and interpolates
+        by secants; a refused point halves the step); ``None`` if no evaluation moved downhill."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.where(direction > 0, (upper - at) / direction,
+                              np.where(direction < 0, (lower - at) / direction, np.inf))
+        longest = float(ratios.min(initial=np.inf))
+        reach = float(np.abs(direction[coordinates.mask]).max(initial=0.0))
+        if reach > 0:
+            longest = min(longest, step_limit / reach)
+        low, low_slope, high, high_slope = 0.0, slope, math.inf, math.nan
+        best: tuple[np.ndarray, float, np.ndarray] | None = None
+        trial = min(1.0, longest)
+        for _ in range(convergence.line_search_evaluations):
+            point = np.clip(at + trial * direction, lower, upper)
+            value, gradient = evaluate(point)
+            if state["refused"]:
+                high, high_slope = trial, math.nan
+                trial = (low + trial) / 2
+                continue
+            trial_slope = float(gradient @ direction)
+            if abs(trial_slope) <= _CURVATURE * abs(slope):
+                return point, value, gradient
+            if trial_slope < 0:
+                low, low_slope, best = trial, trial_slope, (point, value, gradient)
+                if math.isinf(high):
+                    if trial >= longest:
+                        return best
+                    # Extrapolate the secant of phi' from 0 through here, by a factor of 2 to 4.
+                    root = trial * slope / (slope - trial_slope) if trial_slope > slope else math.inf
+                    trial = min(max(root, 2 * trial), 4 * trial, longest)
+                    continue
+            else:
+                high, high_slope = trial, trial_slope
+            width = high - low
+            root = low - low_slope * width / (high_slope - low_slope) if math.isfinite(high_slope) else low + width / 2
+            trial = min(max(root, low + 0.1 * width), high - 0.1 * width)
+        return best
 
     def lift_off_floor() -> bool:
         r"""Move entries that ended on their floor to where the loss is lower, if there is such a point.
@@ -631,7 +753,8 @@ def check_ending(history: TrainingHistory, optimizer: str, iterations: int, lr: 
     elif optimizer == "lbfgs" and not history.converged and history.reason not in ("iterations", "callback"):
         # SciPy gave up (most often a line search that found no decrease along a direction
         # its gradient called descending), or met its own tests, before the stopping rule held.
-        warnings.warn(f"L-BFGS stopped before the stopping rule held: {history.reason} "
+        warnings.warn(f"L-BFGS stopped before the stopping rule held, and line searches on the gradient alone did "
+                      f"not reach it either: {history.reason} "
                       f"({_loss_summary(history)}; largest gradient entry {history.steepest:.3g}). The "
                       "objective's value and gradient may disagree: CG/Lanczos estimates above gpytorch's "
                       "max_cholesky_size (raise it, or num_trace_samples), a float32 model whose rounding hides "
