@@ -421,7 +421,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
                 parameter.copy_(torch.as_tensor(chunk, dtype=parameter.dtype).view_as(parameter))
 
     evaluated: dict[str, Any] = {}
-    state: dict[str, Any] = {"settled": False, "searching": 0, "refused": False, "curvature_pairs": []}
+    state: dict[str, Any] = {"settled": False, "searching": 0, "refused": False}
     lower = np.array([low for low, _ in coordinates.bounds], dtype=np.float64)
     upper = np.array([high for _, high in coordinates.bounds], dtype=np.float64)
 
@@ -499,6 +499,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
 
     def run(budget: int) -> None:
         """One SciPy run from ``state``'s point; sets how it ended."""
+        pairs: list[tuple[np.ndarray, np.ndarray]] = []
         try:
             result = optimize.minimize(value_and_gradient, state["x"], jac=True, method="L-BFGS-B",
                                        bounds=coordinates.bounds, callback=after_iteration,
@@ -506,7 +507,8 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
                                                 "gtol": 1e-8, "maxls": convergence.line_search_evaluations})
             status, message, final = result.status, str(result.message), result.x
             memory = getattr(result, "hess_inv", None)
-            state["curvature_pairs"] = list(zip(memory.sk, memory.yk)) if hasattr(memory, "sk") else []
+            if hasattr(memory, "sk"):    # SciPy keeps only pairs of positive curvature
+                pairs = list(zip(memory.sk, memory.yk))
         except _AtRoundingNoise:
             status, message, final = 2, "line search", state["x"]
         # SciPy returns the last point it accepted, not the last one evaluated.
@@ -528,7 +530,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             # loss and parameter tests) where the gradient test is not met are no convergence either:
             # the gradient alone takes over.
             history.reason = message
-            finish_on_gradient()
+            finish_on_gradient(pairs[-_CURVATURE_PAIRS:])
 
     def at_stationary_point() -> bool:
         """The gradient test at the last accepted point, projected on the bounds (an entry at a bound
@@ -537,23 +539,24 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
         return convergence.stationary(float(np.abs(gradient).max(initial=0.0)), state["value"], num_data)
 
-    def finish_on_gradient() -> None:
-        """Quasi-Newton iterations from the last accepted point whose line searches follow the gradient
-        alone, until the gradient test holds or the budget is spent (module docstring)."""
-        pairs: list[tuple[np.ndarray, np.ndarray]] = [
-            (s, y) for s, y in state["curvature_pairs"] if float(s @ y) > 0][-_CURVATURE_PAIRS:]
+    def descent(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, float]:
+        """The quasi-Newton direction at the last accepted point, held at the bounds it would leave
+        the box through, and the gradient's slope along it."""
+        at, gradient = state["x"], state["gradient"]
+        direction = -_inverse_hessian_product(gradient, pairs)
+        direction[((at <= lower) & (direction < 0)) | ((at >= upper) & (direction > 0))] = 0.0
+        return direction, float(gradient @ direction)
+
+    def finish_on_gradient(pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Quasi-Newton iterations on curvature ``pairs`` from the last accepted point, whose line searches
+        follow the gradient alone, until the gradient test holds or the budget is spent (module docstring)."""
         while len(history) - 1 < iterations:
             at, gradient = state["x"], state["gradient"]
-            direction = -_inverse_hessian_product(gradient, pairs)
-            # Entries at a bound that the direction would leave the box through stay there.
-            direction[((at <= lower) & (direction < 0)) | ((at >= upper) & (direction > 0))] = 0.0
-            slope = float(gradient @ direction)
+            direction, slope = descent(pairs)
             if not slope < 0:
                 # The curvature pairs describe another region: restart from the steepest descent.
-                pairs.clear()
-                direction = -_inverse_hessian_product(gradient, pairs)
-                direction[((at <= lower) & (direction < 0)) | ((at >= upper) & (direction > 0))] = 0.0
-                slope = float(gradient @ direction)
+                pairs = []
+                direction, slope = descent(pairs)
                 if not slope < 0:
                     break
             accepted = search_on_gradient(at, direction, slope)
