@@ -85,6 +85,12 @@ def seeded_torch_rng(seed: SeedLike) -> Iterator[None]:
     it is seeded; forking keeps the caller's global state untouched. ``None`` leaves
     the global generator as it is.
 
+    Where CUDA is initialised, the block seeds and restores every CUDA device's default
+    generator as well (gpytorch draws the probes of a model on the GPU there). It seeds no
+    other generator: :func:`torch.manual_seed` would also seed the generators of devices
+    the block does not restore (and, before CUDA starts, queue that seeding with a copy of
+    the call stack at every evaluation).
+
     Thread safety: the generator is shared by the whole process, so a seeded block holds
     a process-wide lock from seeding to restoring. Seeded blocks in several threads (e.g.
     ``fit_gp(seed=0)`` on two models at once) therefore run one after the other, each with
@@ -95,6 +101,10 @@ def seeded_torch_rng(seed: SeedLike) -> Iterator[None]:
     if seed is None:
         yield
         return
-    with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(draw_seed(seed))
+    cuda_devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=cuda_devices):
+        value = draw_seed(seed)
+        torch.default_generator.manual_seed(value)
+        for device in cuda_devices:
+            torch.cuda.default_generators[device].manual_seed(value)
         yield

@@ -22,9 +22,22 @@ def _ran(codes: list[int | None], folder) -> None:  # type: ignore[no-untyped-de
     assert codes == [0] * len(codes), f"exit codes {codes}\n{errors}"
 
 
+@pytest.fixture(scope="module")
+def single_grf(tmp_path_factory) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """The single process's GRF-GP run, which every group size is compared with."""
+    return workers.fit_and_predict_grf(None, 50, tmp_path_factory.mktemp("single") / "single.npy")
+
+
+@pytest.fixture(scope="module")
+def single_sparse_spectrum() -> dict[str, np.ndarray]:
+    """The single process's sparse-spectrum GP run, which every group size is compared with."""
+    return workers.fit_and_predict_sparse_spectrum(None)
+
+
 @pytest.mark.parametrize("processes", [2, 4])
-def test_processes_fit_and_predict_a_grf_gp_like_one(tmp_path, processes: int) -> None:  # type: ignore[no-untyped-def]
-    single = workers.fit_and_predict_grf(None, 50, tmp_path / "single.npy")
+def test_processes_fit_and_predict_a_grf_gp_like_one(tmp_path, processes: int,  # type: ignore[no-untyped-def]
+                                                     single_grf: dict[str, np.ndarray]) -> None:
+    single = single_grf
     _ran(workers.run_ranks(workers.grf_gp, processes, tmp_path, 17), tmp_path)
     double = np.load(tmp_path / f"grf_{processes}.npz")
     assert len(single["losses"]) > 3 and single["losses"][-1] < single["losses"][0]
@@ -43,8 +56,8 @@ def test_processes_fit_and_predict_a_grf_gp_like_one(tmp_path, processes: int) -
 
 @pytest.mark.parametrize("processes", [2, 4])
 def test_processes_fit_and_predict_a_sparse_spectrum_gp_like_one(  # type: ignore[no-untyped-def]
-        tmp_path, processes: int) -> None:
-    single = workers.fit_and_predict_sparse_spectrum(None)
+        tmp_path, processes: int, single_sparse_spectrum: dict[str, np.ndarray]) -> None:
+    single = single_sparse_spectrum
     _ran(workers.run_ranks(workers.sparse_spectrum_gp, processes, tmp_path), tmp_path)
     double = np.load(tmp_path / f"rff_{processes}.npz")
     assert len(single["losses"]) > 3

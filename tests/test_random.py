@@ -55,6 +55,32 @@ def test_seeded_blocks_nest_in_one_thread() -> None:
         assert torch.equal(torch.randn(2), inner)
 
 
+def test_a_seeded_block_seeds_only_the_generators_it_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch.manual_seed would also seed (or, before CUDA starts, queue the seeding of) the
+    # generators of other devices, which the block does not restore.
+    def untouched(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a seeded block seeded a generator it does not restore")
+
+    for name in ("cuda", "xpu", "mtia"):
+        if hasattr(getattr(torch, name, None), "manual_seed_all"):
+            monkeypatch.setattr(getattr(torch, name), "manual_seed_all", untouched)
+    with seeded_torch_rng(5):
+        first = torch.randn(4)
+    with seeded_torch_rng(5):
+        assert torch.equal(torch.randn(4), first)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_a_seeded_block_seeds_and_restores_the_cuda_generators() -> None:
+    torch.cuda.init()
+    outside = torch.cuda.get_rng_state_all()
+    with seeded_torch_rng(5):
+        first = torch.randn(4, device="cuda")
+    with seeded_torch_rng(5):
+        assert torch.equal(torch.randn(4, device="cuda"), first)
+    assert all(torch.equal(before, after) for before, after in zip(outside, torch.cuda.get_rng_state_all()))
+
+
 def test_fit_gp_with_a_seed_in_two_threads_matches_the_sequential_runs() -> None:
     from gp_couple.graphs import grid_graph
     from gp_couple.kernels import GRFKernel

@@ -75,12 +75,15 @@ def grf_matching_cost(projections: np.ndarray) -> np.ndarray:
     :param projections: :math:`\widehat\Psi_q`, shape ``(order, rows, N)``.
     """
     psi = torch.as_tensor(projections, dtype=torch.float64)
-    order = psi.shape[0]
+    order, rows, columns = psi.shape
     cost = torch.empty(order, order, dtype=torch.float64)
     for q in range(order):
-        summed = psi[q].unsqueeze(0) + psi  # A_{q q'} for every q'
-        gram = summed @ summed.transpose(1, 2)
-        cost[q] = (gram**2).sum(dim=(1, 2))
+        # A_{qq'} = A_{q'q}: the cost is symmetric, so row q needs only q' >= q.
+        summed = psi[q].unsqueeze(0) + psi[q:]
+        # ||A A^T||_F = ||A^T A||_F (both are the sum of the fourth powers of A's singular values).
+        gram = summed @ summed.mT if rows <= columns else summed.mT @ summed
+        cost[q, q:] = (gram**2).sum(dim=(1, 2))
+        cost[q + 1:, q] = cost[q, q + 1:]
     return cost.numpy()
 
 

@@ -17,14 +17,16 @@ from gp_couple.couplings.sigma_matching import (
 from tests.stats import assert_geometric
 
 
-def test_matching_cost_matches_its_definition() -> None:
+@pytest.mark.parametrize("rows, columns", [(5, 6), (6, 3)])   # A A^T and, for tall blocks, A^T A
+def test_matching_cost_matches_its_definition(rows: int, columns: int) -> None:
     rng = np.random.default_rng(0)
-    psi = rng.normal(size=(4, 5, 6))
+    psi = rng.normal(size=(4, rows, columns))
     cost = grf_matching_cost(psi)
     for q, r in itertools.product(range(4), repeat=2):
         total = sum(((psi[q, i] + psi[r, i]) @ (psi[q, j] + psi[r, j])) ** 2
-                    for i in range(5) for j in range(5))
+                    for i in range(rows) for j in range(rows))
         assert cost[q, r] == pytest.approx(total, rel=1e-12)
+    np.testing.assert_array_equal(cost, cost.T)
 
 
 def test_assignment_agrees_with_brute_force_on_small_orders() -> None:
