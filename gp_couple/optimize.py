@@ -55,19 +55,19 @@ L-BFGS-B's first step on a boxed problem is the raw gradient, which in an ill-co
 valley (a GP's range against its noise, on thousands of observations) the line search
 shortens to a negligible loss reduction far from the optimum. L-BFGS also stops when
 SciPy's projected-gradient test is met where the gradient projected on the bounds meets
-the gradient test, and when a line search finds no decrease at the objective's rounding
-noise (after an iteration that met the loss and parameter tests, or from a point that
-meets the gradient test). Any other end SciPy reports before the rule
-holds (an abnormal line search, or no decrease at all: usually a value whose slope disagrees
-with the gradient, as a CG/Lanczos estimate's can, or a float32 loss whose rounding hides
-the last decrease) is not convergence. Training then goes on from the gradient alone:
-quasi-Newton iterations on SciPy's last curvature pairs (which are differences of gradients,
-so the value never entered them), whose line searches bracket the sign change of the
-directional derivative and interpolate it by secants, stopping where it has shrunk to half
-its size at the start (a strong Wolfe curvature condition without the sufficient decrease,
-which needs the value; Kafka and Wilke, 2019, "Gradient-only line searches"). They end
-when the gradient test holds; if they cannot (no step moves downhill, or the budget is
-spent), :func:`minimize` warns.
+the gradient test. Any other end SciPy reports before the rule holds (an abnormal line
+search, or no decrease at all: usually a value whose slope disagrees with the gradient, as a
+CG/Lanczos estimate's can, or a float32 loss whose rounding hides the last decrease) is not
+convergence. Training then goes on from the gradient alone: quasi-Newton iterations on the
+last curvature pairs (differences of accepted points and of their gradients, so the value
+never entered them), whose line searches bracket the sign change of the directional
+derivative and interpolate it by secants, stopping where it has shrunk to half its size at
+the start (a strong Wolfe curvature condition without the sufficient decrease, which needs
+the value; Kafka and Wilke, 2019, "Gradient-only line searches"). They end when the
+gradient test holds. If they cannot (no step moves downhill, or the budget is spent), a run
+whose last iteration met the loss and parameter tests, or whose point meets the gradient
+test, has converged at the objective's rounding noise; any other run ends with a warning
+from :func:`minimize`.
 """
 
 from __future__ import annotations
@@ -421,7 +421,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
                 parameter.copy_(torch.as_tensor(chunk, dtype=parameter.dtype).view_as(parameter))
 
     evaluated: dict[str, Any] = {}
-    state: dict[str, Any] = {"settled": False, "searching": 0, "refused": False}
+    state: dict[str, Any] = {"settled": False, "searching": 0, "refused": False, "pairs": []}
     lower = np.array([low for low, _ in coordinates.bounds], dtype=np.float64)
     upper = np.array([high for _, high in coordinates.bounds], dtype=np.float64)
 
@@ -487,6 +487,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         history.append(value)
         moved = float(np.abs(intermediate_result.x - state["x"]).max()) if start.size else 0.0
         settled = convergence.reached(value - state["value"], value, moved)
+        keep_pair(intermediate_result.x - state["x"], evaluated["gradient"] - state["gradient"])
         state.update(x=intermediate_result.x.copy(), value=value, gradient=evaluated["gradient"], settled=settled,
                      searching=0)
         if callback is not None and callback(step, value) is True:
@@ -497,20 +498,22 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             history.converged, history.reason = True, "converged"
             raise StopIteration
 
+    def keep_pair(step: np.ndarray, change: np.ndarray) -> None:
+        """Keep the curvature pair of an accepted step (its gradient change), if its curvature is positive."""
+        if float(step @ change) > 1e-12 * float(np.linalg.norm(step) * np.linalg.norm(change)):
+            state["pairs"] = (state["pairs"] + [(step.copy(), change.copy())])[-_CURVATURE_PAIRS:]
+
     def run(budget: int) -> None:
         """One SciPy run from ``state``'s point; sets how it ended."""
-        pairs: list[tuple[np.ndarray, np.ndarray]] = []
+        state["pairs"] = []
         try:
             result = optimize.minimize(value_and_gradient, state["x"], jac=True, method="L-BFGS-B",
                                        bounds=coordinates.bounds, callback=after_iteration,
                                        options={"maxiter": budget, "ftol": 0.0,
                                                 "gtol": 1e-8, "maxls": convergence.line_search_evaluations})
             status, message, final = result.status, str(result.message), result.x
-            memory = getattr(result, "hess_inv", None)
-            if hasattr(memory, "sk"):    # SciPy keeps only pairs of positive curvature
-                pairs = list(zip(memory.sk, memory.yk))
         except _AtRoundingNoise:
-            status, message, final = 2, "line search", state["x"]
+            status, message, final = 2, "no decrease beyond the objective's rounding noise", state["x"]
         # SciPy returns the last point it accepted, not the last one evaluated.
         assign(final)
         history.steepest = float(np.abs(state["gradient"]).max(initial=0.0))
@@ -519,18 +522,22 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         stationary = at_stationary_point()
         if status == 0 and stationary:
             history.converged, history.reason = True, message
-        elif status == 2 and (state["settled"] or stationary):
-            # A line search found no decrease after an iteration that met the loss and parameter
-            # tests, or from a point that meets the gradient test (e.g. a phase that starts where
-            # the last one converged): the loss is at its rounding noise there.
+        elif status == 2 and stationary:
+            # A line search found no decrease from a point that meets the gradient test (e.g. a
+            # phase that starts where the last one converged): the loss is at its rounding noise there.
             history.converged = True
             history.reason = "converged (no decrease beyond the objective's rounding noise)"
         elif status != 1 and len(history) - 1 < iterations:
-            # SciPy's own ends (an abnormal line search where the last iteration did not meet the
-            # loss and parameter tests) where the gradient test is not met are no convergence either:
+            # SciPy's own ends where the gradient test is not met (an abnormal line search, or no
+            # decrease after an iteration that met the loss and parameter tests) are no convergence:
             # the gradient alone takes over.
             history.reason = message
-            finish_on_gradient(pairs[-_CURVATURE_PAIRS:])
+            finish_on_gradient()
+            if not history.converged and state["settled"]:
+                # The gradient cannot reach the test either, after an iteration that met the loss and
+                # parameter tests: the objective is at its rounding noise.
+                history.converged = True
+                history.reason = "converged (no decrease beyond the objective's rounding noise)"
 
     def at_stationary_point() -> bool:
         """The gradient test at the last accepted point, projected on the bounds (an entry at a bound
@@ -547,25 +554,24 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         direction[((at <= lower) & (direction < 0)) | ((at >= upper) & (direction > 0))] = 0.0
         return direction, float(gradient @ direction)
 
-    def finish_on_gradient(pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        """Quasi-Newton iterations on curvature ``pairs`` from the last accepted point, whose line searches
-        follow the gradient alone, until the gradient test holds or the budget is spent (module docstring)."""
+    def finish_on_gradient() -> None:
+        """Quasi-Newton iterations on the kept curvature pairs from the last accepted point, whose line
+        searches follow the gradient alone, until the gradient test holds or the budget is spent (module
+        docstring)."""
         while len(history) - 1 < iterations:
             at, gradient = state["x"], state["gradient"]
-            direction, slope = descent(pairs)
+            direction, slope = descent(state["pairs"])
             if not slope < 0:
                 # The curvature pairs describe another region: restart from the steepest descent.
-                pairs = []
-                direction, slope = descent(pairs)
+                state["pairs"] = []
+                direction, slope = descent(state["pairs"])
                 if not slope < 0:
                     break
             accepted = search_on_gradient(at, direction, slope)
             if accepted is None:
                 break
             point, value, new_gradient = accepted
-            step, change = point - at, new_gradient - gradient
-            if float(step @ change) > 1e-12 * float(np.linalg.norm(step) * np.linalg.norm(change)):
-                pairs = (pairs + [(step, change)])[-_CURVATURE_PAIRS:]
+            keep_pair(point - at, new_gradient - gradient)
             state.update(x=point, value=value, gradient=new_gradient)
             history.append(value)
             if callback is not None and callback(len(history) - 2, value) is True:
