@@ -336,7 +336,8 @@ def _log_coordinate(constraint: Any) -> bool:
     return bool(torch.isfinite(lower).all()) and not bool(torch.isfinite(upper).any())
 
 
-#: Curvature pairs of the quasi-Newton iterations that follow the gradient alone (as SciPy's L-BFGS-B keeps).
+#: Curvature pairs (of the last accepted iterates) of the quasi-Newton iterations that follow the gradient alone
+#: (as many as SciPy's L-BFGS-B keeps).
 _CURVATURE_PAIRS = 10
 #: Their line searches end where the directional derivative has shrunk by this factor (a strong
 #: Wolfe curvature condition, without the sufficient decrease that needs the value).
