@@ -67,28 +67,30 @@ def next_unit(state: np.uint64) -> tuple[np.uint64, float]:
 
 
 @njit(parallel=True, cache=True)
-def _fill_geometric(seed, inv_log_keep, out):  # pragma: no cover - compiled
-    rows, columns = out.shape
+def _fill_geometric(seed, inv_log_keep, rows, out):  # pragma: no cover - compiled
+    columns = out.shape[1]
     seed_u = np.uint64(seed)
-    for r in prange(rows):
+    for i in prange(out.shape[0]):
         for k in range(columns):
-            _, u = next_unit(stream_start(seed_u, np.uint64(r * columns + k)))
+            _, u = next_unit(stream_start(seed_u, np.uint64(rows[i] * columns + k)))
             # Inverse CDF of Geom_0(p): floor(log(1 - u) / log(1 - p)). 1 - u is exact for
             # u on the 2**-53 grid, and math.log compiles to a much faster call than log1p.
-            out[r, k] = np.int64(math.log(1.0 - u) * inv_log_keep)
+            out[i, k] = np.int64(math.log(1.0 - u) * inv_log_keep)
 
 
-def geometric_lengths(seed: int, p_halt: float, shape: tuple[int, int]) -> np.ndarray:
+def geometric_lengths(seed: int, p_halt: float, shape: tuple[int, int], rows: np.ndarray | None = None) -> np.ndarray:
     r"""i.i.d. lengths :math:`\mathrm{Geom}_0(p)` (number of moves before halting).
 
     Entry ``(r, k)`` is the inverse CDF of the first uniform of stream ``r * m + k``, so
-    the array is the same whatever the thread count.
+    the array is the same whatever the thread count, and any of its rows can be drawn alone.
 
     :param seed: Non-negative integer key (e.g. from :func:`gp_couple._random.draw_seed`).
     :param p_halt: Termination probability in ``(0, 1)``.
     :param shape: ``(rows, m)``.
+    :param rows: Draw only these rows of the ``shape`` array (in this order; default: all).
     """
-    out = np.empty(shape, dtype=np.int64)
+    rows = np.arange(shape[0], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+    out = np.empty((rows.size, shape[1]), dtype=np.int64)
     with threads_for(out.size):
-        _fill_geometric(np.uint64(seed), 1.0 / math.log1p(-p_halt), out)
+        _fill_geometric(np.uint64(seed), 1.0 / math.log1p(-p_halt), rows, out)
     return out

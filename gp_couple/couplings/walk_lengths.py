@@ -170,6 +170,28 @@ class WalkLengthCoupling(Registered, ABC, registry=WALK_LENGTH_COUPLINGS):
         :return: int64 array of shape ``(num_starts, num_walkers)``.
         """
 
+    def sample_rows(self, rows: np.ndarray, num_starts: int, num_walkers: int, p_halt: float,
+                    rng: np.random.Generator) -> np.ndarray:
+        """Rows ``rows`` of ``sample_lengths(num_starts, num_walkers, p_halt, rng)``: the same lengths.
+
+        The walk sampler draws a block of start nodes at a time and keeps the rows of the
+        nodes it walks from (:func:`gp_couple.features.walks.sample_walk_lengths`), so a
+        node's lengths do not depend on which other nodes are sampled. This default draws
+        the whole block and checks it (:func:`checked_lengths`); the built-in couplings draw
+        only the rows asked for, which is what makes walks from start nodes scattered over a
+        large graph cheap.
+
+        :param rows: Distinct rows in ``[0, num_starts)``, in increasing order.
+        :param num_starts: Rows of the whole draw.
+        :param num_walkers: Walkers per node :math:`m`.
+        :param p_halt: Termination probability (checked).
+        :param rng: The generator of the whole draw; left as the whole draw leaves it.
+        :return: int64 array of shape ``(rows.size, num_walkers)``.
+        """
+        drawn = checked_lengths(self.sample_lengths(num_starts, num_walkers, p_halt, rng), self, "sample_lengths",
+                                (num_starts, num_walkers), "one per start node and walker")
+        return drawn[rows]
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -193,6 +215,11 @@ class IIDWalkLengthCoupling(WalkLengthCoupling):
         # Compiled inverse-CDF draws from counter-based streams: several times faster
         # than numpy's geometric sampler, which dominated small feature builds.
         return geometric_lengths(draw_seed(seed), p, (num_starts, num_walkers))
+
+    def sample_rows(self, rows: np.ndarray, num_starts: int, num_walkers: int, p_halt: float,
+                    rng: np.random.Generator) -> np.ndarray:
+        # Counter-based streams: a row is drawn alone from the same seed.
+        return geometric_lengths(draw_seed(rng), p_halt, (num_starts, num_walkers), rows)
 
 
 class PairedWalkLengthCoupling(WalkLengthCoupling):
@@ -236,6 +263,45 @@ class PairedWalkLengthCoupling(WalkLengthCoupling):
                                                     "one per pair").reshape(num_starts, -1)
         return lengths
 
+    def sample_rows(self, rows: np.ndarray, num_starts: int, num_walkers: int, p_halt: float,
+                    rng: np.random.Generator) -> np.ndarray:
+        if not self._elementwise_uniforms or not hasattr(rng.bit_generator, "advance") or num_walkers % 2:
+            return super().sample_rows(rows, num_starts, num_walkers, p_halt, rng)
+        width = num_walkers // 2
+        first, second = self.sample_pairs(num_starts * width, p_halt, _RowUniforms(rng, rows, width))
+        lengths = np.empty((rows.size, num_walkers), dtype=np.int64)
+        lengths[:, 0::2] = first.reshape(rows.size, width)
+        lengths[:, 1::2] = second.reshape(rows.size, width)
+        return lengths
+
+    #: Whether :meth:`sample_pairs` only draws ``rng.random(num_pairs)`` arrays and maps them to
+    #: lengths entry by entry, so that a row's pairs can be drawn alone (:class:`_RowUniforms`).
+    _elementwise_uniforms: ClassVar[bool] = False
+
+
+class _RowUniforms:
+    """Stands in for a generator in :meth:`PairedWalkLengthCoupling.sample_pairs`: ``random(size)`` returns
+    the entries of ``rng.random(size)`` that belong to the given rows, ``width`` consecutive draws per row,
+    and leaves ``rng`` where ``rng.random(size)`` would.
+
+    Exact for bit generators with ``advance`` (numpy's default PCG64), where a float64 uniform
+    is one 64-bit output: the draws between the rows are skipped, not made.
+    """
+
+    def __init__(self, rng: np.random.Generator, rows: np.ndarray, width: int) -> None:
+        self._rng, self._rows, self._width = rng, rows, width
+
+    def random(self, size: int) -> np.ndarray:
+        bit_generator, width = self._rng.bit_generator, self._width
+        out = np.empty((self._rows.size, width))
+        position = 0
+        for index, row in enumerate(self._rows.tolist()):
+            bit_generator.advance(row * width - position)
+            out[index] = self._rng.random(width)
+            position = (row + 1) * width
+        bit_generator.advance(size - position)
+        return out.reshape(-1)
+
 
 class AntitheticWalkLengthCoupling(PairedWalkLengthCoupling):
     r"""Antithetic termination (Reid et al. 2023; paper, Appendix C.2 "Antithetic termination"
@@ -254,17 +320,17 @@ class AntitheticWalkLengthCoupling(PairedWalkLengthCoupling):
     """
 
     name = "antithetic"
+    _elementwise_uniforms = True
 
     def sample_pairs(self, num_pairs: int, p_halt: float,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         p = p_halt  # checked by sample_lengths
         both_continue = max(0.0, 1.0 - 2.0 * p)
         both_halt = max(0.0, 2.0 * p - 1.0)
-        if both_continue > 0.0:
-            first_event = _geometric_quantile(rng.random(num_pairs), 1.0 - both_continue)
-        else:
-            first_event = np.zeros(num_pairs, dtype=np.int64)
+        first_event = _geometric_quantile(rng.random(num_pairs), 1.0 - both_continue) if both_continue > 0.0 else None
         event = rng.random(num_pairs) * (1.0 - both_continue)
+        if first_event is None:
+            first_event = np.zeros(event.shape, dtype=np.int64)
         halt_together = event < both_halt
         first_halts = ~halt_together & (event < both_halt + (1.0 - both_continue - both_halt) / 2.0)
         survivor = first_event + 1 + _geometric_quantile(rng.random(num_pairs), p)
@@ -298,6 +364,7 @@ class SigmaCoupling(PairedWalkLengthCoupling):
     """
 
     name = "sigma"
+    _elementwise_uniforms = True
 
     def __init__(self, permutation: Any, p_halt: float | None = None,
                  metadata: dict[str, Any] | None = None) -> None:

@@ -50,7 +50,6 @@ from ..couplings.proposals import NeighbourProposal, get_proposal
 from ..couplings.walk_lengths import (
     IIDWalkLengthCoupling,
     WalkLengthCoupling,
-    checked_lengths,
     get_walk_length_coupling,
 )
 from ..devices import physical_memory
@@ -305,8 +304,9 @@ def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
 
     The lengths of node ``v`` are row ``v % LENGTH_BLOCK`` of one call of the coupling's
     ``sample_lengths`` for the block ``v // LENGTH_BLOCK``, with a generator keyed by
-    ``(seed, block)``. So they do not depend on which other nodes are sampled, in which
-    order or in how many calls: chunked and sharded sampling give the same walks.
+    ``(seed, block)`` (drawn by ``sample_rows``, which draws only the rows of the nodes
+    sampled). So they do not depend on which other nodes are sampled, in which order or in
+    how many calls: chunked and sharded sampling give the same walks.
     """
     num_walkers = check_int("num_walkers", num_walkers)
     if max_length is not None:
@@ -327,11 +327,12 @@ def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,
     for block, lo, hi in zip(blocks.tolist(), bounds[:-1].tolist(), bounds[1:].tolist()):
         rows = order[lo:hi]
         rng = np.random.default_rng((seed, block))
-        # A user's coupling is an edge: its lengths are checked (and copied, so capping them
-        # below never writes into the coupling's own array).
-        drawn = checked_lengths(instance.sample_lengths(LENGTH_BLOCK, num_walkers, p_halt, rng), instance,
-                                "sample_lengths", (LENGTH_BLOCK, num_walkers), "one per start node and walker")
-        block = drawn[starts[rows] % LENGTH_BLOCK]
+        # Only the block's rows of the start nodes are drawn (WalkLengthCoupling.sample_rows): on a large
+        # graph with scattered start nodes a block holds one or two of its 64 nodes. A user's coupling is an
+        # edge: its lengths are checked there (and fancy indexing copies them, so capping them below never
+        # writes into the coupling's own array).
+        offsets, inverse = np.unique(starts[rows] % LENGTH_BLOCK, return_inverse=True)
+        block = instance.sample_rows(offsets, LENGTH_BLOCK, num_walkers, p_halt, rng)[inverse]
         if max_length is not None:
             np.minimum(block, max_length, out=block)
         _check_longest(block)

@@ -743,7 +743,8 @@ class GRFKernel(GraphNodeKernel):
             own = GRFGramLinearOperator(self.feature_operator(nodes, name="x1")).to_dense().double()
             difference = (own - GRFGramLinearOperator(other).to_dense().double()) * (evaluation.outputscale
                                                                                      / math.sqrt(2))
-            covariance = evaluation.outputscale * own + torch.diag(evaluation.noise.double())
+            covariance = evaluation.outputscale * own
+            covariance.diagonal().add_(evaluation.noise.double())
             start = np.random.default_rng([self.seed, PAIR_STREAM]).standard_normal((own.shape[-1], 1))
             return float(whitened_norm(torch.linalg.cholesky(covariance), difference,
                                        torch.from_numpy(start).to(covariance)))

@@ -7,7 +7,8 @@ the two sides: the work of the sparse product itself, with no intermediate spars
 and no densified feature rows. Each row of the output (or of the gradient) belongs to one
 thread, so the loops run in parallel without atomics and every sum is taken in a fixed
 order (deterministic). The symmetric Gram :math:`\Phi\Phi^\top` is the case
-:math:`A = B`.
+:math:`A = B`. A third loop counts the stored entries of the sparse
+:math:`\Phi\Phi^\top` without forming it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["sparse_gram", "sparse_gram_gradient"]
+__all__ = ["sparse_gram", "sparse_gram_gradient", "sparse_gram_entries"]
 
 
 @njit(parallel=True, cache=True)
@@ -51,3 +52,27 @@ def sparse_gram_gradient(indptr: np.ndarray, indices: np.ndarray, column_pointer
             for position in range(column_pointer[column], column_pointer[column + 1]):
                 total += weights[row, column_rows[position]] * column_values[position]
             out[entry] = total
+
+
+@njit(cache=True)
+def sparse_gram_entries(indptr: np.ndarray, indices: np.ndarray, column_pointer: np.ndarray,
+                        column_rows: np.ndarray, limit: int) -> int:  # pragma: no cover - compiled
+    """Stored entries of the sparse :math:`\\Phi\\Phi^\\top` (pairs of rows whose walks share a node), or ``limit + 1``.
+
+    ``indptr``, ``indices``: :math:`\\Phi` in CSR form; ``column_pointer``, ``column_rows``:
+    its transposed pattern. The count stops as soon as it exceeds ``limit``.
+    """
+    num_rows = indptr.shape[0] - 1
+    last_row = np.full(num_rows, -1, dtype=np.int64)
+    total = 0
+    for row in range(num_rows):
+        for entry in range(indptr[row], indptr[row + 1]):
+            column = indices[entry]
+            for position in range(column_pointer[column], column_pointer[column + 1]):
+                other = column_rows[position]
+                if last_row[other] != row:
+                    last_row[other] = row
+                    total += 1
+        if total > limit:
+            return limit + 1
+    return total

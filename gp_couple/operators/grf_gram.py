@@ -19,6 +19,18 @@ feature rows, and when
 :math:`\widehat{\mathbf K} = \Phi\Phi^\top`. Only an explicit :meth:`to_dense` (which
 Cholesky-based inference asks for) builds the dense matrix, by a compiled sparse loop or
 block by block.
+
+One exception pays on the hot path itself. Where the rows' walks overlap little (training
+nodes far apart against the walks' reach, as on large graphs with scattered observations),
+the symmetric :math:`\Phi\Phi^\top` is itself sparse, with fewer stored entries than
+:math:`\Phi`, and a solver that multiplies by it many times (CG and Lanczos, tens to
+hundreds of products per solve) does better to assemble it once as a sparse matrix and
+multiply by that: each product then costs :math:`\operatorname{nnz}(\widehat{\mathbf K})`
+multiply-adds per column instead of :math:`2\operatorname{nnz}(\Phi)`. Assembling costs
+:math:`\sum_c n_c^2` multiply-adds (:math:`n_c` the rows whose walks visit node :math:`c`)
+and is done for an operator's untracked products once they have cost as much as that
+(``_ASSEMBLY_COST``), so that a few products never pay for it and many pay at most twice
+the cheaper way's cost.
 """
 
 from __future__ import annotations
@@ -36,10 +48,10 @@ from torch import Tensor
 
 from ..settings import preconditioner_pivot_reuse
 from ..sparse_pattern import CSRPattern, segment_sum
-from ._gram_compiled import sparse_gram, sparse_gram_gradient
+from ._gram_compiled import sparse_gram, sparse_gram_entries, sparse_gram_gradient
 from .preconditioner import PivotMemo, nystrom_factor
 from .sparse_feature_operator import SparseFeatureLinearOperator
-from .sparse_products import sampled_dots, sparse_matmul, spmm
+from .sparse_products import on_scipy, sampled_dots, scipy_matrix, sparse_matmul, spmm
 
 __all__ = ["GRFGramLinearOperator"]
 
@@ -55,6 +67,45 @@ _COMPILED_DTYPES = (torch.float32, torch.float64)
 #: Numbers in the densified feature rows of :func:`_gram_columns` (room for the 15
 #: pivots of gpytorch's preconditioner on ~5 * 10^5 touched nodes).
 _DENSE_COLUMN_ENTRIES = 1 << 23
+#: Cost of one multiply-add of assembling the sparse :math:`\Phi\Phi^\top` (SciPy's sparse
+#: product: scattered scalar updates and index bookkeeping) in multiply-adds of a product of
+#: :math:`\Phi` with a block of columns (measured at about 27 on one core for 33 columns,
+#: ``benchmarks/RESULTS.md``; rounded down, so assembly comes at most a product or two early).
+_ASSEMBLY_COST = 16
+
+
+def _gram_entries(pattern: CSRPattern) -> int | None:
+    r"""Stored entries of the sparse :math:`\Phi\Phi^\top` of ``pattern`` if at most ``pattern.nnz``, else ``None``.
+
+    Counted once per pattern (one set of walks) by a compiled loop that stops at the bound, so
+    a dense-ish Gram costs no more than the count up to it, and never any memory.
+    """
+    def count() -> int | None:
+        transposed, _ = pattern.transpose()
+        entries = int(sparse_gram_entries(pattern.row_pointer.numpy(), pattern.columns.numpy(),
+                                          transposed.row_pointer.numpy(), transposed.columns.numpy(), pattern.nnz))
+        return entries if entries <= pattern.nnz else None
+
+    return pattern.derived("gram_entries", count)
+
+
+def _assembly_multiply_adds(pattern: CSRPattern) -> int:
+    r""":math:`\sum_c n_c^2`, the multiply-adds of assembling :math:`\Phi\Phi^\top` (kept with the pattern)."""
+    return pattern.derived("assembly_multiply_adds",
+                           lambda: int(_column_counts(pattern).square().sum()))
+
+
+def _assembled_gram(features: SparseFeatureLinearOperator) -> tuple[CSRPattern, Tensor]:
+    r"""The sparse :math:`\Phi\Phi^\top` of unbatched CPU features, as a pattern and its values (untracked)."""
+    pattern = features.pattern.compact()[0]
+    transposed = pattern.transpose()[0]
+    with torch.no_grad():
+        product = scipy_matrix(pattern, features.values) @ scipy_matrix(transposed, features.transposed_values())
+        product = product.tocsr()
+    product.sort_indices()
+    gram_pattern = CSRPattern(torch.from_numpy(product.indptr.astype("int64")),
+                              torch.from_numpy(product.indices.astype("int64")), pattern.num_rows, validate=False)
+    return gram_pattern, torch.from_numpy(product.data)
 
 
 def _pair_dots(left: SparseFeatureLinearOperator, right: SparseFeatureLinearOperator,
@@ -318,6 +369,9 @@ class GRFGramLinearOperator(LinearOperator):
             super().__init__(left)
         self.left = left
         self.right = left if right is None else right
+        # Untracked products of the symmetric Gram: (values version, multiply-adds spent on
+        # products with Phi, the assembled sparse Gram or None); see the module docstring.
+        self._assembly: tuple[int, int, tuple[CSRPattern, Tensor] | None] | None = None
 
     @property
     def is_symmetric(self) -> bool:
@@ -373,8 +427,29 @@ class GRFGramLinearOperator(LinearOperator):
         return cached_factors[1]
 
     def _matmul(self, rhs: Tensor) -> Tensor:
+        assembled = self._assembled(rhs)
+        if assembled is not None:
+            return spmm(*assembled, rhs)
         left, right = self._product_factors()
         return left.compact_product(right.compact_product(rhs, transpose=True), transpose=False)
+
+    def _assembled(self, rhs: Tensor) -> tuple[CSRPattern, Tensor] | None:
+        r"""The sparse :math:`\Phi\Phi^\top` for this untracked product, assembled once the products with
+        :math:`\Phi` have cost as much as assembling it, where it has fewer entries than :math:`\Phi`."""
+        values = self.left.values
+        if (not self.is_symmetric or values.ndim != 1 or not on_scipy(values)
+                or (torch.is_grad_enabled() and (values.requires_grad or rhs.requires_grad))):
+            return None
+        version = values._version
+        spent, assembled = (0, None) if self._assembly is None or self._assembly[0] != version else self._assembly[1:]
+        if assembled is None:
+            pattern = self.left.pattern.compact()[0]
+            if spent >= _ASSEMBLY_COST * _assembly_multiply_adds(pattern) and _gram_entries(pattern) is not None:
+                assembled = _assembled_gram(self.left)
+            else:
+                spent += 2 * pattern.nnz * math.prod(rhs.shape[:-2]) * rhs.shape[-1]
+        self._assembly = (version, spent, assembled)
+        return assembled
 
     def _t_matmul(self, rhs: Tensor | LinearOperator) -> Tensor:
         if isinstance(rhs, LinearOperator):

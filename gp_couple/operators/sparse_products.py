@@ -36,7 +36,7 @@ from torch import Tensor
 
 from ..sparse_pattern import CSRPattern
 
-__all__ = ["sampled_dots", "sparse_matmul", "spmm"]
+__all__ = ["on_scipy", "sampled_dots", "scipy_matrix", "sparse_matmul", "spmm"]
 
 #: Value dtypes that SciPy's sparse kernels multiply natively.
 _SCIPY_DTYPES = (torch.float32, torch.float64)
@@ -55,7 +55,8 @@ def _reduce_to(tensor: Tensor, shape: torch.Size) -> Tensor:
     return tensor.expand(full).sum_to_size(shape)
 
 
-def _on_scipy(values: Tensor) -> bool:
+def on_scipy(values: Tensor) -> bool:
+    """Whether products with these values run in SciPy's sparse kernels (CPU, float32 or float64)."""
     return values.device.type == "cpu" and values.dtype in _SCIPY_DTYPES
 
 
@@ -71,7 +72,7 @@ def _scipy_indices(pattern: CSRPattern) -> tuple[np.ndarray, np.ndarray]:
     return pattern.derived("scipy_indices", build)
 
 
-def _scipy_matrix(pattern: CSRPattern, values: Tensor) -> Any:
+def scipy_matrix(pattern: CSRPattern, values: Tensor) -> Any:
     """The CSR matrix ``(pattern, values)`` as a SciPy array on the same memory."""
     indptr, indices = _scipy_indices(pattern)
     return scipy.sparse.csr_array((values.detach().numpy(), indices, indptr), shape=tuple(pattern.shape),
@@ -94,8 +95,8 @@ def _single_product(pattern: CSRPattern, values: Tensor, rhs: Tensor, transpose:
         # scatters into the tall output, which cost twice as much on GRF patterns.
         pattern, permutation = pattern.transpose()
         values = values[..., permutation] if transposed_values is None else transposed_values
-    if _on_scipy(values):
-        return torch.from_numpy(np.asarray(_scipy_matrix(pattern, values) @ rhs.detach().contiguous().numpy()))
+    if on_scipy(values):
+        return torch.from_numpy(np.asarray(scipy_matrix(pattern, values) @ rhs.detach().contiguous().numpy()))
     return pattern.csr(values) @ rhs
 
 
@@ -135,7 +136,7 @@ def spmm(pattern: CSRPattern, values: Tensor, rhs: Tensor, *, transpose: bool = 
 # -------------------------------------------------------------------- sampled products
 def _sampled_pair(pattern: CSRPattern, left: Tensor, right: Tensor) -> Tensor:
     """Entry ``u = (r, c)``: ``left[r] . right[c]`` for 2-D ``left`` ``(R, k)``, ``right`` ``(C, k)``."""
-    if _on_scipy(left) and left.dtype == right.dtype and not torch.is_grad_enabled():
+    if on_scipy(left) and left.dtype == right.dtype and not torch.is_grad_enabled():
         indptr, indices = _scipy_indices(pattern)
         out = np.empty(pattern.nnz, dtype=left.detach().numpy().dtype)
         _compiled_sampled_dots()(indptr, indices, left.detach().contiguous().numpy(),

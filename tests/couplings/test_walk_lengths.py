@@ -59,6 +59,19 @@ class WalkLengthCouplingContract:
         np.testing.assert_array_equal(first, self.coupling.sample_lengths(50, 4, 0.3, seed=5))
         assert not np.array_equal(first, self.coupling.sample_lengths(50, 4, 0.3, seed=6))
 
+    @pytest.mark.parametrize("p_halt", (0.1, 0.7))
+    def test_selected_rows_are_those_of_the_whole_draw(self, p_halt: float) -> None:
+        # The sampler draws only the rows of the start nodes it walks from: the same lengths,
+        # and the generator left where the whole draw leaves it.
+        whole_rng, rows_rng = np.random.default_rng(8), np.random.default_rng(8)
+        whole = self.coupling.sample_lengths(64, 6, p_halt, whole_rng)
+        for rows in (np.array([0, 5, 6, 63]), np.array([17]), np.arange(64), np.array([], dtype=np.int64)):
+            selected = self.coupling.sample_rows(rows, 64, 6, p_halt, np.random.default_rng(8))
+            assert selected.shape == (rows.size, 6) and selected.dtype == np.int64
+            np.testing.assert_array_equal(selected, whole[rows])
+        self.coupling.sample_rows(np.array([3, 40]), 64, 6, p_halt, rows_rng)
+        np.testing.assert_array_equal(rows_rng.random(4), whole_rng.random(4))
+
     def test_nodes_are_independent(self) -> None:
         lengths = self.coupling.sample_lengths(20_000, 2, 0.3, seed=2)
         # Walker 0 of node r against walker 0 of node r + 1.

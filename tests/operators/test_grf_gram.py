@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import unittest
 
+import linear_operator
 import pytest
 import torch
 from linear_operator.operators import RootLinearOperator
@@ -93,6 +95,31 @@ class TestBatchCompactCompiledGRFGramLinearOperator(_CompiledDenseProduct, GRFGr
     num_columns = 14
     untouched = 6
     batch_shape = torch.Size([3])
+
+
+class _AlwaysAssembled:
+    """Every untracked symmetric product by the assembled sparse Gram, from the first, however dense."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self._saved = (grf_gram._ASSEMBLY_COST, grf_gram._gram_entries)
+        grf_gram._ASSEMBLY_COST = 0
+        grf_gram._gram_entries = lambda pattern: 0
+
+    def tearDown(self) -> None:
+        grf_gram._ASSEMBLY_COST, grf_gram._gram_entries = self._saved
+        super().tearDown()
+
+
+class TestAssembledGRFGramLinearOperator(_AlwaysAssembled, GRFGramOperatorMixin, LinearOperatorTestCase,
+                                         unittest.TestCase):
+    pass
+
+
+class TestCompactAssembledGRFGramLinearOperator(_AlwaysAssembled, GRFGramOperatorMixin, LinearOperatorTestCase,
+                                                unittest.TestCase):
+    num_columns = 14
+    untouched = 6
 
 
 # ------------------------------------------------------------------ our own checks
@@ -246,3 +273,80 @@ def test_cross_product_of_rows_with_no_shared_node_is_zero():
     gram = GRFGramLinearOperator(left, right)
     torch.testing.assert_close(gram._matmul(torch.ones(1, 4)), torch.zeros(2, 4))
     torch.testing.assert_close(gram._t_matmul(torch.ones(2, 4)), torch.zeros(1, 4))
+
+
+def _scattered_rows(rows: int, columns: int, per_row: int,
+                    dtype: torch.dtype = torch.float64) -> SparseFeatureLinearOperator:
+    """Rows with ``per_row`` random columns of ``columns``: few rows share a column, so the Gram is sparse."""
+    pattern_columns = torch.stack([torch.randperm(columns, generator=torch.Generator().manual_seed(row))[:per_row]
+                                   .sort().values for row in range(rows)]).reshape(-1)
+    pattern = grf_gram.CSRPattern(torch.arange(0, rows * per_row + 1, per_row), pattern_columns, columns)
+    values = torch.rand(rows * per_row, dtype=dtype, generator=torch.Generator().manual_seed(rows))
+    return SparseFeatureLinearOperator(values, pattern=pattern)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_repeated_untracked_products_switch_to_the_assembled_sparse_gram(dtype):
+    features = _scattered_rows(200, 4000, 10, dtype)
+    pattern = features.pattern.compact()[0]
+    reference = gram_reference(GRFGramLinearOperator(features))
+    # The count of the compiled loop is the stored entries of the sparse product, and fewer than Phi's.
+    assert grf_gram._gram_entries(pattern) == int((reference != 0).sum()) < pattern.nnz
+    gram = GRFGramLinearOperator(features)
+    rhs = torch.randn(3, 200, 4, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+    assembled = []
+    with torch.no_grad():
+        for _ in range(6):
+            torch.testing.assert_close(gram._matmul(rhs), reference @ rhs, **tolerance)
+            assembled.append(gram._assembly[2] is not None)
+    # Not for the first products (a few products never pay for assembling), then for every one.
+    spent_per_product = 2 * pattern.nnz * rhs.shape[0] * rhs.shape[-1]
+    first = math.ceil(grf_gram._ASSEMBLY_COST * grf_gram._assembly_multiply_adds(pattern) / spent_per_product)
+    assert 0 < first < 6 and assembled == [False] * first + [True] * (6 - first)
+    # An in-place change of the values assembles again: no stale Gram.
+    with torch.no_grad():
+        features.values.mul_(2.0)
+        torch.testing.assert_close(gram._matmul(rhs), 4.0 * reference @ rhs, **tolerance)
+    # Tracked products keep the differentiable path, and their gradients.
+    features.values.requires_grad_(True)
+    tracked = GRFGramLinearOperator(features)
+    for _ in range(6):
+        tracked._matmul(rhs).sum().backward()
+    assert tracked._assembly is None and features.values.grad is not None
+
+
+def test_a_gram_with_more_entries_than_its_features_is_never_assembled():
+    features = _features(30, 12, 7)
+    assert grf_gram._gram_entries(features.pattern.compact()[0]) is None
+    gram = GRFGramLinearOperator(features)
+    rhs = torch.randn(30, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for _ in range(20):
+            torch.testing.assert_close(gram._matmul(rhs), gram_reference(gram) @ rhs)
+    assert gram._assembly[2] is None
+
+
+def test_cg_solves_and_log_determinants_agree_with_and_without_the_assembled_gram(monkeypatch):
+    features = _scattered_rows(300, 5000, 12)
+    rhs = torch.randn(300, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+
+    def solve_and_logdet():
+        covariance = GRFGramLinearOperator(features).add_diagonal(torch.tensor(0.5, dtype=torch.float64))
+        # The same probe vectors for both stochastic log-determinants.
+        with linear_operator.settings.max_cholesky_size(0), torch.no_grad(), torch.random.fork_rng():
+            torch.manual_seed(0)
+            inv_quad, logdet = covariance.inv_quad_logdet(rhs, logdet=True)
+            return covariance.solve(rhs), inv_quad, logdet
+
+    assemblies = []
+    assemble = grf_gram._assembled_gram
+    monkeypatch.setattr(grf_gram, "_assembled_gram", lambda features: assemblies.append(1) or assemble(features))
+    assembled = solve_and_logdet()
+    count = len(assemblies)
+    assert count > 0
+    monkeypatch.setattr(grf_gram, "_gram_entries", lambda pattern: None)
+    by_features = solve_and_logdet()
+    assert len(assemblies) == count
+    for first, second in zip(assembled, by_features):
+        torch.testing.assert_close(first, second, rtol=1e-6, atol=1e-8)

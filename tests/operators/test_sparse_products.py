@@ -33,7 +33,7 @@ def test_cpu_kernels_match_torch_csr_kernels(monkeypatch, dtype):
     with torch.no_grad():
         fast = (spmm(pattern, values, rhs), spmm(pattern, values, rhs_t, transpose=True),
                 sampled_dots(pattern, left, right, values.shape), sampled_dots(pattern, left, right, values.shape[1:]))
-    monkeypatch.setattr(sparse_products, "_on_scipy", lambda values: False)
+    monkeypatch.setattr(sparse_products, "on_scipy", lambda values: False)
     with torch.no_grad():
         reference = (spmm(pattern, values, rhs), spmm(pattern, values, rhs_t, transpose=True),
                      sampled_dots(pattern, left, right, values.shape),
