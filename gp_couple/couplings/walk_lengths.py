@@ -218,6 +218,8 @@ class IIDWalkLengthCoupling(WalkLengthCoupling):
 
     def sample_rows(self, rows: np.ndarray, num_starts: int, num_walkers: int, p_halt: float,
                     rng: np.random.Generator) -> np.ndarray:
+        if type(self).sample_lengths is not IIDWalkLengthCoupling.sample_lengths:  # a subclass draws its own way
+            return super().sample_rows(rows, num_starts, num_walkers, p_halt, rng)
         # Counter-based streams: a row is drawn alone from the same seed.
         return geometric_lengths(draw_seed(rng), p_halt, (num_starts, num_walkers), rows)
 
@@ -265,7 +267,9 @@ class PairedWalkLengthCoupling(WalkLengthCoupling):
 
     def sample_rows(self, rows: np.ndarray, num_starts: int, num_walkers: int, p_halt: float,
                     rng: np.random.Generator) -> np.ndarray:
-        if not self._elementwise_uniforms or not hasattr(rng.bit_generator, "advance") or num_walkers % 2:
+        if (type(self).sample_pairs not in _ELEMENTWISE_PAIRS
+                or type(self).sample_lengths is not PairedWalkLengthCoupling.sample_lengths
+                or not hasattr(rng.bit_generator, "advance") or num_walkers % 2):
             return super().sample_rows(rows, num_starts, num_walkers, p_halt, rng)
         width = num_walkers // 2
         first, second = self.sample_pairs(num_starts * width, p_halt, _RowUniforms(rng, rows, width))
@@ -273,10 +277,6 @@ class PairedWalkLengthCoupling(WalkLengthCoupling):
         lengths[:, 0::2] = first.reshape(rows.size, width)
         lengths[:, 1::2] = second.reshape(rows.size, width)
         return lengths
-
-    #: Whether :meth:`sample_pairs` only draws ``rng.random(num_pairs)`` arrays and maps them to
-    #: lengths entry by entry, so that a row's pairs can be drawn alone (:class:`_RowUniforms`).
-    _elementwise_uniforms: ClassVar[bool] = False
 
 
 class _RowUniforms:
@@ -320,7 +320,6 @@ class AntitheticWalkLengthCoupling(PairedWalkLengthCoupling):
     """
 
     name = "antithetic"
-    _elementwise_uniforms = True
 
     def sample_pairs(self, num_pairs: int, p_halt: float,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -364,7 +363,6 @@ class SigmaCoupling(PairedWalkLengthCoupling):
     """
 
     name = "sigma"
-    _elementwise_uniforms = True
 
     def __init__(self, permutation: Any, p_halt: float | None = None,
                  metadata: dict[str, Any] | None = None) -> None:
@@ -525,6 +523,12 @@ class SigmaCoupling(PairedWalkLengthCoupling):
 
 #: Fields of a sigma-coupling description (see :meth:`SigmaCoupling.from_dict`).
 _SIGMA_FIELDS = frozenset({"type", "order", "permutation", "p_halt", "metadata"})
+
+
+#: The ``sample_pairs`` that only draw ``rng.random(num_pairs)`` arrays and map them to lengths
+#: entry by entry, so that a row's pairs can be drawn alone (:class:`_RowUniforms`). A subclass
+#: that draws its pairs another way falls back to the whole draw.
+_ELEMENTWISE_PAIRS = frozenset({AntitheticWalkLengthCoupling.sample_pairs, SigmaCoupling.sample_pairs})
 
 
 def get_walk_length_coupling(coupling: str | WalkLengthCoupling) -> WalkLengthCoupling:

@@ -431,3 +431,25 @@ def test_the_sampler_checks_user_couplings(make, message) -> None:  # type: igno
         return
     with pytest.raises(ValueError, match=message):
         sample_walk_lengths(graph, 4, 0.5, _Lengths(make), seed=0)
+
+
+class _ReversedSigma(SigmaCoupling, register=False):
+    """A σ-coupling subclass whose pairs are not an entry-by-entry map of its uniforms (reversed order)."""
+
+    def sample_pairs(self, num_pairs, p_halt, rng):
+        first, second = super().sample_pairs(num_pairs, p_halt, rng)
+        return first[::-1].copy(), second[::-1].copy()
+
+
+class _ShiftedIID(IIDWalkLengthCoupling, register=False):
+    """An i.i.d. subclass that draws its lengths its own way (a row shift: still geometric per walker)."""
+
+    def sample_lengths(self, num_starts, num_walkers, p_halt, seed=None):
+        return np.roll(super().sample_lengths(num_starts, num_walkers, p_halt, seed), 1, axis=0)
+
+
+@pytest.mark.parametrize("coupling", [_ReversedSigma(np.arange(5)[::-1]), _ShiftedIID()], ids=type)
+def test_subclasses_that_draw_their_own_way_get_rows_of_their_own_whole_draw(coupling) -> None:
+    whole = coupling.sample_lengths(64, 4, 0.2, np.random.default_rng(3))
+    rows = np.array([0, 9, 63])
+    np.testing.assert_array_equal(coupling.sample_rows(rows, 64, 4, 0.2, np.random.default_rng(3)), whole[rows])
