@@ -1,4 +1,4 @@
-"""Measurement helpers shared by the benchmarks: peak memory and fresh-process workers.
+"""Measurement helpers shared by the benchmarks: peak memory, fresh-process workers and best CPU times.
 
 Each measured configuration runs in a fresh interpreter (``python bench.py --worker
 NAME ARGS_JSON``) so that its peak resident memory is its own; the peak is reset with
@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -63,3 +64,13 @@ def emit_report(report: dict[str, Any], json_out: str | None) -> dict[str, Any]:
         with open(json_out, "w") as out:
             out.write(text + "\n")
     return report
+
+
+def best_cpu(function: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """The least process CPU time of ``repeats`` calls of ``function``, and the last call's result."""
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        start = time.process_time()
+        result = function()
+        best = min(best, time.process_time() - start)
+    return best, result

@@ -28,21 +28,10 @@ import argparse
 import os
 import platform
 import sys
-import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import emit_report  # noqa: E402
-
-
-def best_cpu(function: Any, repeats: int) -> tuple[float, Any]:
-    """The least process CPU time of ``repeats`` calls, and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.process_time()
-        result = function()
-        best = min(best, time.process_time() - start)
-    return best, result
+from _measure import best_cpu, emit_report  # noqa: E402
 
 
 def measure_lengths(graph: Any, starts: Any, walkers: int, p_halt: float, coupling: Any,

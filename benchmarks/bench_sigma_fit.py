@@ -16,11 +16,10 @@ import argparse
 import os
 import platform
 import sys
-import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import emit_report  # noqa: E402
+from _measure import best_cpu, emit_report  # noqa: E402
 
 
 def full_matching_cost(projections: Any) -> Any:
@@ -34,16 +33,6 @@ def full_matching_cost(projections: Any) -> Any:
         summed = psi[q].unsqueeze(0) + psi
         cost[q] = ((summed @ summed.transpose(1, 2)) ** 2).sum(dim=(1, 2))
     return cost.numpy()
-
-
-def best_cpu(function: Any, repeats: int) -> tuple[float, Any]:
-    """The least process CPU time of ``repeats`` calls, and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.process_time()
-        result = function()
-        best = min(best, time.process_time() - start)
-    return best, result
 
 
 def measure(gamma: float, p_halt: float, order: int, samples_per_bin: int, repeats: int) -> dict[str, Any]:

@@ -289,18 +289,21 @@ class _RowUniforms:
     """
 
     def __init__(self, rng: np.random.Generator, rows: np.ndarray, width: int) -> None:
-        self._rng, self._rows, self._width = rng, rows, width
+        self._rng, self._width = rng, width
+        # Runs of consecutive rows [first, stop), each drawn by one call (a full block is one run).
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        self._runs = [(int(run[0]), int(run[-1]) + 1) for run in np.split(rows, breaks) if run.size]
+        self._count = rows.size
 
     def random(self, size: int) -> np.ndarray:
         bit_generator, width = self._rng.bit_generator, self._width
-        out = np.empty((self._rows.size, width))
-        position = 0
-        for index, row in enumerate(self._rows.tolist()):
-            bit_generator.advance(row * width - position)
-            out[index] = self._rng.random(width)
-            position = (row + 1) * width
+        parts, position = [], 0
+        for first, stop in self._runs:
+            bit_generator.advance(first * width - position)
+            parts.append(self._rng.random((stop - first) * width))
+            position = stop * width
         bit_generator.advance(size - position)
-        return out.reshape(-1)
+        return np.concatenate(parts) if parts else np.empty(self._count * width)
 
 
 class AntitheticWalkLengthCoupling(PairedWalkLengthCoupling):

@@ -69,8 +69,8 @@ _COMPILED_DTYPES = (torch.float32, torch.float64)
 _DENSE_COLUMN_ENTRIES = 1 << 23
 #: Cost of one multiply-add of assembling the sparse :math:`\Phi\Phi^\top` (SciPy's sparse
 #: product: scattered scalar updates and index bookkeeping) in multiply-adds of a product of
-#: :math:`\Phi` with a block of columns (measured at 16 to 23 on one core for 33 columns,
-#: ``benchmarks/bench_scattered_starts.py``; the lower end, so assembly comes at most a product early).
+#: :math:`\Phi` with a block of columns, on one core (``benchmarks/bench_scattered_starts.py``;
+#: the lower end of the measured range, so that assembly comes early rather than late).
 _ASSEMBLY_COST = 16
 
 

@@ -67,17 +67,27 @@ class TestBatchCompactCrossGRFGramLinearOperator(CrossGramOperatorMixin, Rectang
     batch_shape = torch.Size([2])
 
 
-class _CompiledDenseProduct:
-    """Every symmetric ``to_dense`` by the compiled sparse loop, however dense the features."""
+class _PatchedGramModule:
+    """Sets attributes of :mod:`gp_couple.operators.grf_gram` (``patches``) for each test, restoring them after."""
+
+    patches: dict = {}
 
     def setUp(self) -> None:
         super().setUp()
-        self._advantage = grf_gram._DENSE_PRODUCT_ADVANTAGE
-        grf_gram._DENSE_PRODUCT_ADVANTAGE = 0
+        self._saved = {name: getattr(grf_gram, name) for name in self.patches}
+        for name, value in self.patches.items():
+            setattr(grf_gram, name, value)
 
     def tearDown(self) -> None:
-        grf_gram._DENSE_PRODUCT_ADVANTAGE = self._advantage
+        for name, value in self._saved.items():
+            setattr(grf_gram, name, value)
         super().tearDown()
+
+
+class _CompiledDenseProduct(_PatchedGramModule):
+    """Every symmetric ``to_dense`` by the compiled sparse loop, however dense the features."""
+
+    patches = {"_DENSE_PRODUCT_ADVANTAGE": 0}
 
 
 class TestCompiledGRFGramLinearOperator(_CompiledDenseProduct, GRFGramOperatorMixin, LinearOperatorTestCase,
@@ -97,18 +107,10 @@ class TestBatchCompactCompiledGRFGramLinearOperator(_CompiledDenseProduct, GRFGr
     batch_shape = torch.Size([3])
 
 
-class _AlwaysAssembled:
+class _AlwaysAssembled(_PatchedGramModule):
     """Every untracked symmetric product by the assembled sparse Gram, from the first, however dense."""
 
-    def setUp(self) -> None:
-        super().setUp()
-        self._saved = (grf_gram._ASSEMBLY_COST, grf_gram._gram_entries)
-        grf_gram._ASSEMBLY_COST = 0
-        grf_gram._gram_entries = lambda pattern: 0
-
-    def tearDown(self) -> None:
-        grf_gram._ASSEMBLY_COST, grf_gram._gram_entries = self._saved
-        super().tearDown()
+    patches = {"_ASSEMBLY_COST": 0, "_gram_entries": lambda pattern: 0}
 
 
 class TestAssembledGRFGramLinearOperator(_AlwaysAssembled, GRFGramOperatorMixin, LinearOperatorTestCase,
