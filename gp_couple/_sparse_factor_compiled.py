@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["inverse_quadratic_forms", "solve_ldlt"]
+__all__ = ["inverse_quadratic_forms", "solve_ldlt", "symbolic_cholesky"]
 
 
 @njit(cache=True)
@@ -146,3 +146,44 @@ def solve_ldlt(lower_indptr: np.ndarray, lower_indices: np.ndarray, lower_data: 
                 if row > column:
                     total -= lower_data[position] * rhs[row, j]
             rhs[column, j] = total
+
+
+@njit(cache=True)
+def symbolic_cholesky(indptr: np.ndarray, indices: np.ndarray, entry_limit: int,
+                      column_counts: np.ndarray) -> int:  # pragma: no cover - compiled
+    r"""Entries of the Cholesky factor of a symmetric pattern (both triangles stored), and its column counts.
+
+    The elimination tree by Liu's algorithm with path compression, then each row's pattern
+    in :math:`\mathbf L` as the union of the tree paths from its entries left of the diagonal
+    (the row subtrees of CSparse's ``cs_ereach``): :math:`O(|\mathbf L|)` work, with no
+    factor stored. ``column_counts[j]`` receives the entries of column ``j`` (diagonal
+    included). The count stops, and returns ``entry_limit + 1``, as soon as it passes
+    ``entry_limit``; ``column_counts`` is then partial.
+    """
+    n = indptr.shape[0] - 1
+    parent = np.full(n, -1, dtype=np.int64)
+    ancestor = np.full(n, -1, dtype=np.int64)
+    for k in range(n):
+        for position in range(indptr[k], indptr[k + 1]):
+            i = indices[position]
+            while i != -1 and i < k:
+                following = ancestor[i]
+                ancestor[i] = k
+                if following == -1:
+                    parent[i] = k
+                i = following
+    mark = np.full(n, -1, dtype=np.int64)
+    column_counts[:] = 1
+    total = n
+    for k in range(n):
+        mark[k] = k
+        for position in range(indptr[k], indptr[k + 1]):
+            i = indices[position]
+            while i < k and mark[i] != k:
+                mark[i] = k
+                column_counts[i] += 1
+                total += 1
+                i = parent[i]
+        if total > entry_limit:
+            return entry_limit + 1
+    return total

@@ -403,10 +403,11 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
 
     The variances are computed by
     :func:`gp_couple.predictive_variance.posterior_variance` to a stated accuracy:
-    by a float64 Cholesky factor on training sets up to
-    :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` points, whose factor also
-    gives the mean; on larger ones by a sparse LU factor where the kernel matrices are
-    sparse (GRF kernels; the mean from the same factor), else by a block Krylov subspace
+    on training sets up to :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE`
+    points by a float64 factor, whose factor also gives the mean: a sparse LU factor where
+    the kernel matrices are sparse (GRF kernels) and it costs less than a dense one, else a
+    dense Cholesky factor; on larger ones by a sparse LU factor where the kernel matrices
+    are sparse (the mean from the same factor), else by a block Krylov subspace
     grown until the estimated relative error is below ``variance_tolerance``, with
     gpytorch's mean (a CG solve under its settings). The estimate comes back with them
     (:attr:`Prediction.estimate`). Caches of an earlier prediction are dropped if any
@@ -418,7 +419,7 @@ def predict(model: gpytorch.models.ExactGP, likelihood: Likelihood, nodes: Any, 
     :param nodes: Node indices to predict at, shape ``(n,)``.
     :param noise: Return the variance of noisy observations :math:`y_*` (default,
         what NLPD needs); ``False`` returns the latent :math:`g(v_*)` variance.
-    :param variance: ``"auto"`` (dense up to
+    :param variance: ``"auto"`` (dense or, where cheaper, sparse up to
         :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` training points,
         sparse or Krylov above), ``"dense"``, ``"sparse"`` or ``"lanczos"``.
     :param variance_tolerance: Largest estimated relative error of the Krylov variances.

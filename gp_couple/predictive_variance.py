@@ -15,13 +15,16 @@ term is too small and the variances are too large, by a factor that grows with t
 training set. This module chooses the method by size and stops on an error estimate:
 
 * ``"dense"``: :math:`\mathbf A` is formed and factorised by Cholesky in float64. Exact
-  (to rounding); used up to :data:`DENSE_VARIANCE_SIZE` training points.
+  (to rounding); used up to :data:`DENSE_VARIANCE_SIZE` training points, unless the sparse
+  factor below costs less (:func:`sparse_factor_ordering`).
 * ``"sparse"``: when :math:`\mathbf A` and :math:`\mathbf K_{*X}` are sparse (GRF kernels:
   two nodes covary only where their walks meet, :meth:`GRFGramLinearOperator.scipy_matrix
   <gp_couple.operators.grf_gram.GRFGramLinearOperator.scipy_matrix>`), a sparse LU factor
   of :math:`\mathbf A` with a fill-reducing ordering and a sparse triangular solve per test
   point (:class:`~gp_couple.sparse_factor.SparseFactor`). Exact (to rounding), with the
-  mean from the same factor; used above :data:`DENSE_VARIANCE_SIZE` training points when
+  mean from the same factor. Used up to :data:`DENSE_VARIANCE_SIZE` training points where
+  its symbolic cost, counted before factorising, is below the dense factor's (training
+  points whose walks seldom meet: scattered over a large graph), and above that size when
   the factor's allowance (:func:`~gp_couple.sparse_factor.factor_bytes_bound`) fits in
   half the physical memory.
 * ``"lanczos"``: a block Krylov subspace :math:`\mathcal Q_r` of :math:`\mathbf A`
@@ -75,13 +78,23 @@ from ._checks import check_fraction
 from .devices import physical_memory
 from .operators.grf_gram import GRFGramLinearOperator
 from .operators.training_covariance import dense_covariance
-from .sparse_factor import SparseFactor, factor_bytes_bound
+from .sparse_factor import SparseFactor, factor_bytes_bound, factor_cost
 
-__all__ = ["DENSE_VARIANCE_SIZE", "KRYLOV_MEMORY_FRACTION", "VARIANCE_METHODS", "VarianceEstimate",
-           "VarianceToleranceWarning", "posterior_variance", "sparse_form"]
+__all__ = ["DENSE_VARIANCE_SIZE", "KRYLOV_MEMORY_FRACTION", "SPARSE_SETUP_WORK", "SPARSE_WORK_COST",
+           "VARIANCE_METHODS", "VarianceEstimate",
+           "VarianceToleranceWarning", "posterior_variance", "sparse_factor_ordering", "sparse_form"]
 
 #: Largest training set whose variances are computed by dense float64 Cholesky under ``"auto"``.
 DENSE_VARIANCE_SIZE = 10_000
+#: Cost of a multiply-add of the sparse factor and its solves (SuperLU, the compiled sparse
+#: triangular solves) in multiply-adds of the dense float64 Cholesky factor and its
+#: triangular solves (LAPACK and BLAS), by which ``"auto"`` weighs the two up to
+#: :data:`DENSE_VARIANCE_SIZE` training points (``benchmarks/bench_variance_method.py``,
+#: one core).
+SPARSE_WORK_COST = 20
+#: The sparse factor's fixed cost (the sparse matrices, the ordering, the symbolic count) in
+#: multiply-adds of the dense factor: small training sets stay dense.
+SPARSE_SETUP_WORK = 10 ** 9
 #: The variance methods :func:`posterior_variance` accepts.
 VARIANCE_METHODS = ("auto", "dense", "sparse", "lanczos")
 #: Share of the physical memory the Krylov subspace (training and test sides, float64) may take.
@@ -124,51 +137,97 @@ class VarianceToleranceWarning(UserWarning):
 
 
 @functools.singledispatch
-def sparse_form(operator: object) -> sp.csr_matrix | None:
+def sparse_form(operator: object, max_entries: int | None = None) -> sp.csr_matrix | None:
     """An unbatched operator as a float64 SciPy CSR matrix when its structure is sparse, else ``None``.
 
     Dispatches on the operator's type: GRF kernel matrices, their sums with diagonals (the
     noise), constant multiples and gpytorch's lazily evaluated kernel tensors have one;
     register further types with ``sparse_form.register``.
+
+    :param max_entries: If given, ``None`` unless the form is known, before it is assembled,
+        to have at most this many stored entries (GRF Grams count theirs,
+        :meth:`~gp_couple.operators.grf_gram.GRFGramLinearOperator.sparse_entries`; each
+        part of a sum is held to the bound).
     """
     return None
 
 
 @sparse_form.register
-def _(operator: LazyEvaluatedKernelTensor) -> sp.csr_matrix | None:
-    return sparse_form(operator.evaluate_kernel())
+def _(operator: LazyEvaluatedKernelTensor, max_entries: int | None = None) -> sp.csr_matrix | None:
+    return sparse_form(operator.evaluate_kernel(), max_entries)
 
 
 @sparse_form.register
-def _(operator: GRFGramLinearOperator) -> sp.csr_matrix | None:
-    return None if operator.batch_shape else operator.scipy_matrix()
-
-
-@sparse_form.register
-def _(operator: DiagLinearOperator) -> sp.csr_matrix | None:
+def _(operator: GRFGramLinearOperator, max_entries: int | None = None) -> sp.csr_matrix | None:
     if operator.batch_shape:
+        return None
+    if max_entries is not None and operator.sparse_entries(max_entries) is None:
+        return None
+    return operator.scipy_matrix()
+
+
+@sparse_form.register
+def _(operator: DiagLinearOperator, max_entries: int | None = None) -> sp.csr_matrix | None:
+    if operator.batch_shape or (max_entries is not None and operator.shape[-1] > max_entries):
         return None
     return sp.diags(operator.diagonal().detach().to(torch.float64).cpu().numpy(), format="csr")
 
 
 @sparse_form.register
-def _(operator: SumLinearOperator) -> sp.csr_matrix | None:
-    parts = [sparse_form(part) for part in operator.linear_ops]
-    return None if any(part is None for part in parts) else sp.csr_matrix(sum(parts[1:], parts[0]))
+def _(operator: SumLinearOperator, max_entries: int | None = None) -> sp.csr_matrix | None:
+    parts = []
+    for part in operator.linear_ops:
+        form = sparse_form(part, max_entries)
+        if form is None:
+            return None
+        parts.append(form)
+    return sp.csr_matrix(sum(parts[1:], parts[0]))
 
 
 @sparse_form.register
-def _(operator: ConstantMulLinearOperator) -> sp.csr_matrix | None:
-    base = sparse_form(operator.base_linear_op)
-    if base is None or operator.expanded_constant.numel() != 1:
+def _(operator: ConstantMulLinearOperator, max_entries: int | None = None) -> sp.csr_matrix | None:
+    if operator.expanded_constant.numel() != 1:
         return None
-    return base * float(operator.expanded_constant.reshape(()))
+    base = sparse_form(operator.base_linear_op, max_entries)
+    return None if base is None else base * float(operator.expanded_constant.reshape(()))
 
 
-def _sparse_moments(train_covariance: sp.csr_matrix, cross: sp.csr_matrix, prior_diagonal: Tensor,
-                    residual: Tensor | None) -> tuple[Tensor, Tensor | None]:
+@dataclass(frozen=True)
+class _SparsePair:
+    """The sparse training covariance and cross-covariance of one batch entry, and the training side's ordering."""
+
+    train: sp.csr_matrix
+    cross: sp.csr_matrix
+    order: np.ndarray | None = None
+
+
+def sparse_factor_ordering(matrix: sp.csr_matrix, num_solves: int) -> np.ndarray | None:
+    r"""The nested-dissection ordering of ``matrix`` where its sparse factor costs less than a dense one, else ``None``.
+
+    The work of each, in multiply-adds, for a training set of :math:`n` points and
+    :math:`t` = ``num_solves`` solves: :math:`m^3/3 + t m^2` for a dense Cholesky factor
+    of :math:`m = \min(n,` :data:`DENSE_VARIANCE_SIZE` :math:`)` points and its triangular
+    solves (above that size, the most dense work ``"auto"`` does); for the sparse factor its
+    symbolic cost (:func:`~gp_couple.sparse_factor.factor_cost`) and at most its entries
+    per solve, weighted by :data:`SPARSE_WORK_COST`, and :data:`SPARSE_SETUP_WORK`.
+
+    :param matrix: A symmetric positive-definite SciPy sparse matrix.
+    :param num_solves: Solves (or test rows' quadratic forms) the factor is for.
+    """
+    reference = min(int(matrix.shape[0]), DENSE_VARIANCE_SIZE)
+    budget = reference ** 3 / 3 + num_solves * reference ** 2 - SPARSE_SETUP_WORK
+    if budget <= 0:
+        return None
+    cost = factor_cost(matrix, int(budget / SPARSE_WORK_COST))
+    if cost is None or SPARSE_WORK_COST * (cost.multiply_adds + num_solves * cost.entries) > budget:
+        return None
+    return cost.order
+
+
+def _sparse_moments(pair: _SparsePair, prior_diagonal: Tensor, residual: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """Exact variances (and mean corrections) from a sparse LU factor of the training covariance."""
-    factor = SparseFactor(train_covariance)
+    factor = SparseFactor(pair.train, pair.order)
+    cross = pair.cross
     device = prior_diagonal.device
     correction = torch.from_numpy(factor.inverse_quadratic_forms(cross)).to(device)
     variance = prior_diagonal.double() - correction
@@ -282,10 +341,12 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
     :param prior_diagonal: :math:`k(x_*, x_*)`, shape ``(*batch, t)``.
     :param noise_floor: A lower bound of the smallest eigenvalue of :math:`\mathbf A`
         (the smallest noise variance); the ``"lanczos"`` error bound divides by it.
-    :param method: ``"auto"`` (``"dense"`` up to :data:`DENSE_VARIANCE_SIZE` training
-        points; above, ``"sparse"`` where both operators have a :func:`sparse_form` whose
-        factor allowance fits in half the physical memory, else ``"lanczos"``),
-        ``"dense"``, ``"sparse"`` or ``"lanczos"``.
+    :param method: ``"auto"`` (up to :data:`DENSE_VARIANCE_SIZE` training points
+        ``"sparse"`` where both operators have a :func:`sparse_form` and the sparse factor
+        costs less than the dense one, :func:`sparse_factor_ordering`, else ``"dense"``;
+        above, ``"sparse"`` where both have a :func:`sparse_form` whose factor allowance
+        fits in half the physical memory, else ``"lanczos"``), ``"dense"``, ``"sparse"``
+        or ``"lanczos"``.
     :param tolerance: Largest relative error the ``"lanczos"`` estimate may have.
     :param seed: Seed of the random start block of ``"lanczos"``.
     :param residual: :math:`\mathbf y - \boldsymbol\mu_X`, shape ``(*batch, n)``: the
@@ -310,16 +371,21 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
         torch.cartesian_prod(*(torch.arange(s) for s in batch_shape)).reshape(-1, len(batch_shape)).tolist()
         if batch_shape else [[]])]
 
-    def sparse_pair(entry: tuple[int, ...]) -> tuple[sp.csr_matrix, sp.csr_matrix] | None:
+    def sparse_pair(entry: tuple[int, ...], max_entries: int | None = None) -> _SparsePair | None:
         """Sparse forms of the entry's training covariance and cross-covariance, or ``None`` if either has none."""
-        train = sparse_form(train_covariance[entry] if entry else train_covariance)
+        train = sparse_form(train_covariance[entry] if entry else train_covariance, max_entries)
         cross_matrix = None if train is None else sparse_form(cross[entry] if entry else cross)
-        return None if cross_matrix is None else (train, cross_matrix)
+        return None if cross_matrix is None else _SparsePair(train, cross_matrix)
 
     # The method is chosen once, on the first batch entry: the entries share the operators' structure.
-    pairs: dict[tuple[int, ...], tuple[sp.csr_matrix, sp.csr_matrix] | None] = {}
+    pairs: dict[tuple[int, ...], _SparsePair | None] = {}
     if method == "auto" and (size <= DENSE_VARIANCE_SIZE or not noise_floor > 0):
-        method = "dense"
+        pair = sparse_pair(entries[0], max_entries=size * size // 4)
+        order = None if pair is None else sparse_factor_ordering(pair.train, pair.cross.shape[0])
+        if order is not None:
+            method, pairs[entries[0]] = "sparse", _SparsePair(pair.train, pair.cross, order)
+        else:
+            method = "dense"
     elif method in ("auto", "sparse"):
         pairs[entries[0]] = sparse_pair(entries[0])
         if pairs[entries[0]] is None and method == "sparse":
@@ -327,7 +393,7 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
                              f"{type(train_covariance).__name__} has none")
         if method == "auto":
             found = pairs[entries[0]]
-            method = "sparse" if found is not None and _factor_fits(found[0]) else "lanczos"
+            method = "sparse" if found is not None and _factor_fits(found.train) else "lanczos"
     variances: list[Tensor] = []
     shifts: list[Tensor] = []
     estimates: list[VarianceEstimate] = []
@@ -335,7 +401,7 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
     for entry in entries:
         if method == "sparse":
             pair = pairs.pop(entry) if entry in pairs else sparse_pair(entry)
-            variance, shift = _sparse_moments(*pair, prior_diagonal[entry],
+            variance, shift = _sparse_moments(pair, prior_diagonal[entry],
                                               None if residual is None else residual[entry])
             variances.append(variance)
             shifts.extend([] if shift is None else [shift])

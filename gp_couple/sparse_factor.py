@@ -22,6 +22,8 @@ a smaller factor than SuperLU's own minimum-degree ordering of :math:`\mathbf A 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
@@ -29,7 +31,7 @@ import scipy.sparse.linalg as spla
 from . import _sparse_factor_compiled as compiled
 from .devices import physical_memory
 
-__all__ = ["FILL_ALLOWANCE", "SparseFactor", "factor_bytes_bound", "nested_dissection"]
+__all__ = ["FILL_ALLOWANCE", "FactorCost", "SparseFactor", "factor_bytes_bound", "factor_cost", "nested_dissection"]
 
 #: Bytes per stored factor entry (a float64 value and an int32 row index) in SuperLU's L and U.
 _BYTES_PER_FACTOR_ENTRY = 12
@@ -67,6 +69,49 @@ def nested_dissection(matrix: sp.spmatrix) -> np.ndarray:
     return np.asarray(order, dtype=np.int64)
 
 
+@dataclass(frozen=True, eq=False)
+class FactorCost:
+    r"""The size and work of the factor of a symmetric matrix in a given ordering (known before factorising).
+
+    :ivar order: The ordering (:func:`nested_dissection`).
+    :ivar entries: Entries of :math:`\mathbf L`, diagonal included.
+    :ivar multiply_adds: :math:`\sum_j c_j^2` over the column counts :math:`c_j` of
+        :math:`\mathbf L`, the work of the factorisation up to a constant (for a dense
+        matrix :math:`\approx n^3/3`).
+    """
+
+    order: np.ndarray
+    entries: int
+    multiply_adds: int
+
+
+def factor_cost(matrix: sp.spmatrix, multiply_add_limit: int) -> FactorCost | None:
+    r"""The factor's entries and work in a nested-dissection ordering, by a symbolic factorisation.
+
+    The Cholesky factor's column counts of the ordered pattern (elimination tree and row
+    subtrees, :func:`gp_couple._sparse_factor_compiled.symbolic_cholesky`); SuperLU's
+    :math:`\mathbf L` with diagonal pivots on a symmetric pattern has the same structure.
+    The count stops once the entries :math:`E` alone prove the work above the limit
+    (:math:`\sum_j c_j^2 \ge E^2/n`), so a factor that fills in costs no more than that.
+
+    :param matrix: A square, structurally symmetric SciPy sparse matrix.
+    :param multiply_add_limit: Work above which the cost is not needed.
+    :return: The :class:`FactorCost`, or ``None`` where the work exceeds the limit.
+    """
+    size = int(matrix.shape[0])
+    order = nested_dissection(matrix)
+    ordered = sp.csc_matrix(matrix)[order][:, order].tocsc()
+    ordered.sort_indices()
+    entry_limit = int(min(np.sqrt(float(multiply_add_limit) * size), np.iinfo(np.int64).max // 2))
+    counts = np.empty(size, dtype=np.int64)
+    entries = int(compiled.symbolic_cholesky(ordered.indptr.astype(np.int64), ordered.indices.astype(np.int64),
+                                             entry_limit, counts))
+    if entries > entry_limit:
+        return None
+    work = int(np.square(counts.astype(np.float64)).sum())
+    return None if work > multiply_add_limit else FactorCost(order, entries, work)
+
+
 class SparseFactor:
     r"""The sparse factorisation :math:`\mathbf P\mathbf A\mathbf P^\top = \mathbf L\mathbf D\mathbf L^\top`
     of a symmetric positive-definite matrix.
@@ -77,12 +122,14 @@ class SparseFactor:
     triangular) and the diagonal of :math:`\mathbf U` are kept for the quadratic forms.
 
     :param matrix: :math:`\mathbf A`, a square SciPy sparse matrix (converted to float64 CSC).
+    :param order: Its fill-reducing ordering, if already computed (:func:`nested_dissection`
+        of ``matrix``, e.g. from :func:`factor_cost`).
     :raises ValueError: If ``matrix`` is not square, is not symmetric positive definite (a
         zero, negative or off-diagonal pivot), or its factors cannot fit in the physical
         memory (they hold at least the entries of ``matrix``).
     """
 
-    def __init__(self, matrix: sp.spmatrix) -> None:
+    def __init__(self, matrix: sp.spmatrix, order: np.ndarray | None = None) -> None:
         matrix = sp.csc_matrix(matrix, dtype=np.float64)
         if matrix.shape[0] != matrix.shape[1]:
             raise ValueError(f"the matrix must be square, got shape {matrix.shape}")
@@ -93,7 +140,8 @@ class SparseFactor:
                              f"{matrix.nnz} entries needs at least {least / 2**30:.3g} GiB, more than this machine's "
                              f"{available / 2**30:.3g} GiB; use fewer observed nodes or fewer or shorter walks")
         self.size = int(matrix.shape[0])
-        order = nested_dissection(matrix)
+        if order is None:
+            order = nested_dissection(matrix)
         ordered = matrix[order][:, order].tocsc()
         del matrix
         try:

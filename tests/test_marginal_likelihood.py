@@ -396,7 +396,7 @@ def test_above_max_cholesky_size_a_round_pairs_only_where_one_draws_error_at_its
     # One draw's whitened error at the output scale and noise the round starts from.
     noise = torch.full((TRAIN.size,), 0.05, dtype=torch.float64)
     error = kernel._one_draw_error(kernel.node_indices(x), LikelihoodEvaluation(None, 1.7, model.train_targets,
-                                                                                noise))
+                                                                                noise), dense=True)
     assert 0 < error < 1
     outcomes = {}
     for threshold in (0.0, error / 2, error * 2):
@@ -546,28 +546,58 @@ def test_the_prediction_error_is_the_same_from_a_sparse_factor(monkeypatch: pyte
     assert dense > 0 and sparse == pytest.approx(dense, rel=1e-9)
 
 
-def test_the_one_draw_error_is_the_whitened_norm_of_the_draws_difference_over_root_two():
+def _whitened_error(kernel: GRFKernel, nodes: torch.Tensor, noise: torch.Tensor) -> float:
+    """The exact spectral norm that ``_one_draw_error`` estimates, at output scale 1.7 (dense eigenvalues)."""
     from gp_couple.operators import GRFGramLinearOperator, SparseFeatureLinearOperator
 
-    model, kernel = _paired_model()
-    kernel.finish_training()                             # one draw: the evaluation is not paired
-    x = model.train_inputs[0]
-    with torch.no_grad():
-        own = model.covar_module.base_kernel(x).to_dense().double()
-    nodes = kernel.node_indices(x)
-    residual = (model.train_targets - model.mean_module(x)).detach()
-    noise = torch.full((TRAIN.size,), 0.05, dtype=torch.float64)
-    error = kernel._one_draw_error(nodes, LikelihoodEvaluation(None, 1.7, residual, noise))
     pair = kernel._pair_draw(nodes)
     with torch.no_grad():
+        own = GRFGramLinearOperator(kernel.feature_operator(nodes)).to_dense().double()
         values = pair.steps.values(kernel.kernel_family.modulation(pair.features.num_terms))
         other = GRFGramLinearOperator(SparseFeatureLinearOperator(values, pattern=pair.pattern)).to_dense().double()
     factor = torch.linalg.cholesky(1.7 * own + torch.diag(noise))
     whitened = torch.linalg.solve_triangular(factor, torch.linalg.solve_triangular(
         factor, 1.7 * (own - other) / math.sqrt(2), upper=False).mT, upper=False)
-    expected = float(torch.linalg.eigvalsh(whitened).abs().max())
+    return float(torch.linalg.eigvalsh(whitened).abs().max())
+
+
+def test_the_one_draw_error_is_the_whitened_norm_of_the_draws_difference_over_root_two():
+    model, kernel = _paired_model()
+    kernel.finish_training()                             # one draw: the evaluation is not paired
+    x = model.train_inputs[0]
+    nodes = kernel.node_indices(x)
+    residual = (model.train_targets - model.mean_module(x)).detach()
+    noise = torch.full((TRAIN.size,), 0.05, dtype=torch.float64)
+    error = kernel._one_draw_error(nodes, LikelihoodEvaluation(None, 1.7, residual, noise), dense=True)
+    expected = _whitened_error(kernel, nodes, noise)
     # Power iteration: ||A v|| / ||v|| never exceeds the norm, and 20 steps come within 2 % here.
     assert 0 < 0.98 * expected <= error <= expected * (1 + 1e-9)
+
+
+def test_the_one_draw_error_from_a_sparse_factor_is_the_dense_factors(monkeypatch: pytest.MonkeyPatch):
+    """Training nodes whose walks seldom meet: the whitened error from a sparse factor, as from the dense one."""
+    import gp_couple.predictive_variance as predictive_variance
+
+    graph = grid_graph(40, 40)
+    train = np.sort(np.random.default_rng(0).choice(graph.num_nodes, 300, replace=False))
+    kernel = GRFKernel(graph, num_walkers=16, p_halt=0.5, kernel_family=Diffusion(1.0), seed=0, schedule=None)
+    nodes = torch.as_tensor(train)
+    noise = torch.full((train.size,), 0.05, dtype=torch.float64)
+    evaluation = LikelihoodEvaluation(None, 1.7, torch.zeros(train.size, dtype=torch.float64), noise)
+    # 300 points are below the sparse factor's fixed cost: without it, these walks take the sparse factor.
+    monkeypatch.setattr(predictive_variance, "SPARSE_SETUP_WORK", 0)
+    chosen = []
+    monkeypatch.setattr(grf_kernel_module, "SparseFactor",
+                        lambda *args: chosen.append(args) or predictive_variance.SparseFactor(*args))
+    sparse = kernel._one_draw_error(nodes, evaluation, dense=False)
+    assert len(chosen) == 1 and sparse is not None
+    monkeypatch.setattr(grf_kernel_module, "sparse_factor_ordering", lambda *args: None)
+    assert kernel._one_draw_error(nodes, evaluation, dense=False) is None      # neither factor allowed
+    dense = kernel._one_draw_error(nodes, evaluation, dense=True)
+    expected = _whitened_error(kernel, nodes, noise)
+    # Power iteration from different starts: both within 2 % below the norm, never above it.
+    for error in (sparse, dense):
+        assert 0 < 0.98 * expected <= error <= expected * (1 + 1e-9)
 
 
 def test_the_prediction_error_estimate_is_the_variance_of_one_draws_predictive_mean():

@@ -250,3 +250,46 @@ def test_sparse_forms_of_grf_operators_and_none_for_dense_ones():
         assert sparse_form(to_linear_operator(torch.eye(3))) is None
         assert sparse_form(to_linear_operator(torch.eye(3)) + DiagLinearOperator(torch.ones(3))) is None
         assert sparse_form(torch.eye(3)) is None
+        # A bound on the stored entries, checked before assembling.
+        entries = int(np.count_nonzero(dense))
+        assert gram.sparse_entries(entries) == entries and gram.sparse_entries(entries - 1) is None
+        assert sparse_form(noisy, max_entries=entries) is not None
+        assert sparse_form(noisy, max_entries=entries - 1) is None
+        assert sparse_form(scaled, max_entries=entries - 1) is None
+        cross = kernel(nodes[:5], nodes).evaluate_kernel()
+        assert cross.sparse_entries() is None and sparse_form(cross, max_entries=10**6) is None
+        assert sparse_form(cross) is not None
+
+
+def test_auto_factors_sparsely_below_the_dense_size_where_the_walks_seldom_meet():
+    """Scattered training nodes on a large graph: ``"auto"`` takes the sparse factor, with the dense factor's result."""
+    from gp_couple.predictive_variance import SPARSE_SETUP_WORK, SPARSE_WORK_COST, sparse_factor_ordering, sparse_form
+
+    graph = grid_graph(300, 300)
+    chosen = np.random.default_rng(1).choice(graph.num_nodes, 2300, replace=False)
+    train, test = np.sort(chosen[:2000]), np.sort(chosen[2000:])
+    base = GRFKernel(graph, num_walkers=16, p_halt=0.5, kernel_family=Diffusion(1.0), seed=0, schedule=None,
+                     nodes=chosen)
+    model = GraphGP(train, torch.as_tensor(np.sin(train / 900.0), dtype=torch.float32),
+                    gpytorch.likelihoods.GaussianLikelihood(), gpytorch.kernels.ScaleKernel(base))
+    model.likelihood.noise = NOISE
+    auto = predict(model, model.likelihood, test, noise=False, seed=0)
+    dense = predict(model, model.likelihood, test, noise=False, variance="dense", seed=0)
+    assert len(train) <= DENSE_VARIANCE_SIZE
+    assert auto.estimate == VarianceEstimate("sparse", len(train), 0.0, True)
+    torch.testing.assert_close(auto.variance, dense.variance, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(auto.mean, dense.mean, rtol=1e-5, atol=1e-6)
+    # The rule: the sparse factor's weighted work against the dense factor's, both counted beforehand.
+    with torch.no_grad():
+        matrix = sparse_form(model.covar_module(torch.as_tensor(train, dtype=torch.float32).unsqueeze(-1)))
+    assert sparse_factor_ordering(matrix, len(test)) is not None
+    small = matrix[:300][:, :300]            # 300 points: the dense factor costs less than the setup
+    assert (300 ** 3 / 3 + 300 ** 3) < SPARSE_SETUP_WORK and sparse_factor_ordering(small, 300) is None
+    assert SPARSE_WORK_COST > 1
+
+
+def test_auto_keeps_the_dense_factor_where_the_sparse_one_would_fill_in(monkeypatch):
+    """Where the training nodes' walks overlap (a dense Gram), ``"auto"`` stays dense, even with no fixed cost."""
+    monkeypatch.setattr(predictive_variance, "SPARSE_SETUP_WORK", 0)
+    model = _model("grf")
+    assert predict(model, model.likelihood, TEST[:20], seed=0).estimate.method == "dense"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from gp_couple.sparse_factor import SparseFactor, factor_bytes_bound, nested_dissection
+from gp_couple.sparse_factor import SparseFactor, factor_bytes_bound, factor_cost, nested_dissection
 
 
 def _problem(seed: int, size: int = 300) -> tuple[sp.csc_matrix, sp.csr_matrix]:
@@ -102,3 +102,19 @@ def test_forms_and_solves_hold_at_a_high_signal_to_noise_ratio():
     # the unit roundoff.
     solution = np.linalg.solve(dense, dense_rows.T)
     assert np.linalg.norm(factor.solve(dense_rows.T) - solution) <= 1e-8 * np.linalg.norm(solution)
+
+
+@pytest.mark.parametrize("matrix", [_grid_laplacian(30), _problem(0)[0], _problem(1, size=500)[0]],
+                         ids=["grid", "random", "random_larger"])
+def test_the_symbolic_count_is_the_factors_size_and_stops_at_its_limit(matrix):
+    cost = factor_cost(matrix, 10**15)
+    factor = SparseFactor(matrix, cost.order)
+    columns = np.diff(factor._lower.indptr)
+    assert cost.entries == factor.nnz == columns.sum()
+    assert cost.multiply_adds == int((columns.astype(np.float64) ** 2).sum())
+    assert np.array_equal(cost.order, nested_dissection(matrix))
+    again = factor_cost(matrix, cost.multiply_adds)
+    assert (again.entries, again.multiply_adds) == (cost.entries, cost.multiply_adds)
+    assert factor_cost(matrix, cost.multiply_adds - 1) is None
+    # Stopped on the entries alone: sum(c^2) >= E^2 / n.
+    assert factor_cost(matrix, cost.entries ** 2 // matrix.shape[0] // 4) is None

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 
 import gpytorch
 import numpy as np
+import scipy.sparse as sp
 import torch
 from linear_operator.operators import DenseLinearOperator, DiagLinearOperator, LinearOperator
 from torch import Tensor
@@ -72,13 +73,15 @@ from ..graphs import Graph
 from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
 from ..kernel_families import KernelFamily
 from ..operators import GRFGramLinearOperator, SparseFeatureLinearOperator
-from ..predictive_variance import DENSE_VARIANCE_SIZE, posterior_variance
+from ..predictive_variance import DENSE_VARIANCE_SIZE, posterior_variance, sparse_factor_ordering, sparse_form
+from ..sparse_factor import SparseFactor
 from ..sparse_pattern import CSRPattern
 from ._inputs import InputCache, same_inputs
 from .graph_node import GraphNodeKernel
 from .walk_schedule import (
     BIAS_EXPANSION_LIMIT,
     DEFAULT_SCHEDULE,
+    EXPANSION_ITERATIONS,
     HELD_OUT_ROWS,
     MAX_PREDICT_WALKERS,
     PREDICT_ERROR_WARNING_FACTOR,
@@ -90,6 +93,7 @@ from .walk_schedule import (
     LikelihoodEvaluation,
     WalkSchedule,
     hyperparameter_change,
+    sparse_whitened_norm,
     warn_if_short,
     whitened_norm,
 )
@@ -512,8 +516,9 @@ class GRFKernel(GraphNodeKernel):
             evaluation put the estimate's whitened error above
             :data:`~gp_couple.kernels.walk_schedule.BIAS_EXPANSION_LIMIT`, or on one draw,
             uncorrected, whose whitened error against an independent draw is above it
-            (training sets of up to :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE`
-            points).
+            (measured on a sparse factor of the training covariance where that pays, else on a
+            dense one for training sets of up to
+            :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` points).
         :warns GramToleranceWarning: When the walkers the predictive mean needs exceed
             ``schedule.max_predict_walkers`` or memory, and those leave an estimated error above
             :data:`~gp_couple.kernels.walk_schedule.PREDICT_ERROR_WARNING_FACTOR` times the tolerance.
@@ -541,9 +546,10 @@ class GRFKernel(GraphNodeKernel):
             another = self._redraw_for_expansion(last, round_walkers)
         if last is not None and not another:
             corrected = last.expansion_error is not None
-            measurable = (nodes is not None and nodes.numel() <= DENSE_VARIANCE_SIZE and last.noise is not None)
-            error = (last.expansion_error if corrected
-                     else self._one_draw_error(nodes, last) if measurable else None)
+            measurable = nodes is not None and last.noise is not None
+            error = (last.expansion_error if corrected else
+                     self._one_draw_error(nodes, last, dense=nodes.numel() <= DENSE_VARIANCE_SIZE) if measurable
+                     else None)
             if error is not None and error > BIAS_EXPANSION_LIMIT:
                 warnings.warn(f"the likelihood's bias correction is a second-order expansion in the GRF estimate's "
                               f"error, but where training ended that error is {error:.2g} of the covariance in its "
@@ -725,7 +731,7 @@ class GRFKernel(GraphNodeKernel):
         spread = ((variances[0] + variances[1]) / 2).clamp_min(0).mean()
         return float(error / spread.clamp_min(torch.finfo(spread.dtype).tiny))
 
-    def _one_draw_error(self, nodes: Tensor, evaluation: LikelihoodEvaluation) -> float:
+    def _one_draw_error(self, nodes: Tensor, evaluation: LikelihoodEvaluation, dense: bool) -> float | None:
         r"""The whitened error :math:`\|\mathbf L^{-1}\mathbf H\mathbf L^{-\top}\|_2` of the kernel's draw at ``nodes``.
 
         :math:`\mathbf C = \mathbf L\mathbf L^\top = s\widehat{\mathbf K} + \operatorname{diag}(\sigma^2)`
@@ -733,21 +739,39 @@ class GRFKernel(GraphNodeKernel):
         diagonal noise), and :math:`\mathbf H = s(\widehat{\mathbf K} -
         \widehat{\mathbf K}_2)/\sqrt2` estimates its error from an independent draw (the
         difference of two draws has twice the variance of one's error). It factorises
-        :math:`\mathbf C` densely in float64: callers check that the factor fits.
+        :math:`\mathbf C` sparsely where both draws' Grams are sparse and that factor costs
+        less than a dense one (:func:`~gp_couple.predictive_variance.sparse_factor_ordering`),
+        else densely in float64 if ``dense``.
+
+        :param dense: Whether a dense factor may be used (the caller checked that it fits).
+        :return: The error, or ``None`` where neither factor may be used.
         """
         pair = self._pair_draw(nodes)
+        size = nodes.numel()
+        scale = evaluation.outputscale
+        start = np.random.default_rng([self.seed, PAIR_STREAM]).standard_normal(size)
         with torch.no_grad():
             modulation = self.kernel_family.modulation(pair.features.num_terms)
-            other = SparseFeatureLinearOperator(pair.steps.values(modulation), pattern=pair.pattern)
+            other = GRFGramLinearOperator(SparseFeatureLinearOperator(pair.steps.values(modulation),
+                                                                      pattern=pair.pattern))
+            own = GRFGramLinearOperator(self.feature_operator(nodes, name="x1"))
+            own_sparse = sparse_form(own, max_entries=size * size // 4)
+            other_sparse = None if own_sparse is None else sparse_form(other, max_entries=size * size // 4)
+            if other_sparse is not None:
+                covariance = own_sparse * scale + sp.diags(evaluation.noise.double().cpu().numpy())
+                order = sparse_factor_ordering(covariance, EXPANSION_ITERATIONS)
+                if order is not None:
+                    return sparse_whitened_norm(SparseFactor(covariance, order), covariance,
+                                                (own_sparse - other_sparse) * (scale / math.sqrt(2)), start)
+            if not dense:
+                return None
             # Out of place: the operators may hand out their cached dense matrices.
-            own = GRFGramLinearOperator(self.feature_operator(nodes, name="x1")).to_dense().double()
-            difference = (own - GRFGramLinearOperator(other).to_dense().double()) * (evaluation.outputscale
-                                                                                     / math.sqrt(2))
-            covariance = evaluation.outputscale * own
-            covariance.diagonal().add_(evaluation.noise.double())
-            start = np.random.default_rng([self.seed, PAIR_STREAM]).standard_normal((own.shape[-1], 1))
-            return float(whitened_norm(torch.linalg.cholesky(covariance), difference,
-                                       torch.from_numpy(start).to(covariance)))
+            own_dense = own.to_dense().double()
+            difference = (own_dense - other.to_dense().double()) * (scale / math.sqrt(2))
+            dense_covariance = scale * own_dense
+            dense_covariance.diagonal().add_(evaluation.noise.double())
+            return float(whitened_norm(torch.linalg.cholesky(dense_covariance), difference,
+                                       torch.from_numpy(start).unsqueeze(-1).to(dense_covariance)))
 
     def _walkers_for_prediction_error(self, evaluation: LikelihoodEvaluation, nodes: Tensor) -> None:
         """Step 5 of the schedule: more prediction walkers where the predictive mean needs them."""
@@ -899,8 +923,8 @@ class GRFKernel(GraphNodeKernel):
         start = self._round_start
         if start is None or start.noise is None or self.schedule.pairing_threshold == 0:
             return True
-        error = self._one_draw_error(nodes, start)
-        matters = error > self.schedule.pairing_threshold
+        error = self._one_draw_error(nodes, start, dense=True)
+        matters = error is None or error > self.schedule.pairing_threshold
         _LOG.info("training round on the prediction walks: one draw's whitened error %.3g, %s the pairing "
                   "threshold %g: %s", error, "above" if matters else "within", self.schedule.pairing_threshold,
                   "bias-corrected on a dense factor" if matters else "one draw, solved by CG/Lanczos")

@@ -131,13 +131,17 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import Tensor
 
 from .._checks import check_even_walkers, check_fraction, check_int, check_nonnegative
+
+if TYPE_CHECKING:
+    from ..sparse_factor import SparseFactor
 
 __all__ = ["BIAS_EXPANSION_LIMIT", "BiasCorrectionWarning", "DEFAULT_SCHEDULE", "EXPANSION_ITERATIONS",
            "EXPANSION_TARGET",
@@ -145,7 +149,7 @@ __all__ = ["BIAS_EXPANSION_LIMIT", "BiasCorrectionWarning", "DEFAULT_SCHEDULE", 
            "MAX_TRAIN_WALKERS", "PAIRING_THRESHOLD",
            "PREDICT_ERROR_TOLERANCE", "PREDICT_ERROR_WARNING_FACTOR", "PREDICT_GRAM_TOLERANCE",
            "REFITS", "REFIT_TOLERANCE", "TRAIN_GRAM_TOLERANCE", "WALKER_STEP", "WalkSchedule", "hyperparameter_change",
-           "warn_if_short", "whitened_norm"]
+           "sparse_whitened_norm", "warn_if_short", "whitened_norm"]
 
 #: Estimated relative Gram error the training walks aim for.
 TRAIN_GRAM_TOLERANCE = 0.03
@@ -232,6 +236,32 @@ def whitened_norm(factor: Tensor, perturbation: Tensor, start: Tensor) -> Tensor
         image = torch.linalg.solve_triangular(factor, perturbation @ image, upper=False)
         norm = image.norm()
         vector = image / norm.clamp_min(tiny)
+    return norm
+
+
+def sparse_whitened_norm(factor: SparseFactor, covariance: sp.spmatrix, perturbation: sp.spmatrix,
+                         start: np.ndarray) -> float:
+    r""":func:`whitened_norm` for a sparse factor of the covariance :math:`\mathbf C = \mathbf W\mathbf W^\top`.
+
+    The same :data:`EXPANSION_ITERATIONS` power iterations on :math:`\mathbf W^{-1}\mathbf H
+    \mathbf W^{-\top}`, carried in :math:`\mathbf u = \mathbf W^{-\top}\mathbf v`, which
+    needs only whole solves: :math:`\mathbf u \leftarrow \mathbf C^{-1}\mathbf H\mathbf u`,
+    with :math:`\|\mathbf v\| = (\mathbf u^\top\mathbf C\mathbf u)^{1/2}`. The start is
+    :math:`\mathbf v = \mathbf W^{-1}` ``start``.
+
+    :param factor: The sparse factor of :math:`\mathbf C`.
+    :param covariance: :math:`\mathbf C`, ``(n, n)``.
+    :param perturbation: Symmetric :math:`\mathbf H`, ``(n, n)``.
+    :param start: Start vector, ``(n,)``.
+    """
+    tiny = np.finfo(np.float64).tiny
+    vector = factor.solve(start)
+    vector /= max(float(np.sqrt(vector @ (covariance @ vector))), tiny)
+    norm = 0.0
+    for _ in range(EXPANSION_ITERATIONS):
+        image = factor.solve(perturbation @ vector)
+        norm = float(np.sqrt(max(float(image @ (covariance @ image)), 0.0)))
+        vector = image / max(norm, tiny)
     return norm
 
 

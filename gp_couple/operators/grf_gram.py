@@ -74,19 +74,22 @@ _DENSE_COLUMN_ENTRIES = 1 << 23
 _ASSEMBLY_COST = 16
 
 
-def _gram_entries(pattern: CSRPattern) -> int | None:
-    r"""Stored entries of the sparse :math:`\Phi\Phi^\top` of ``pattern`` if at most ``pattern.nnz``, else ``None``.
+def _gram_entries(pattern: CSRPattern, limit: int | None = None) -> int | None:
+    r"""Stored entries of the sparse :math:`\Phi\Phi^\top` of ``pattern`` if at most ``limit``, else ``None``.
 
-    Counted once per pattern (one set of walks) by a compiled loop that stops at the bound, so
-    a dense-ish Gram costs no more than the count up to it, and never any memory.
+    ``limit`` defaults to ``pattern.nnz``. Counted once per pattern (one set of walks) and
+    limit, by a compiled loop that stops at the limit, so a dense-ish Gram costs no more than
+    the count up to it, and never any memory.
     """
+    bound = pattern.nnz if limit is None else int(limit)
+
     def count() -> int | None:
         transposed, _ = pattern.transpose()
         entries = int(sparse_gram_entries(pattern.row_pointer.numpy(), pattern.columns.numpy(),
-                                          transposed.row_pointer.numpy(), transposed.columns.numpy(), pattern.nnz))
-        return entries if entries <= pattern.nnz else None
+                                          transposed.row_pointer.numpy(), transposed.columns.numpy(), bound))
+        return entries if entries <= bound else None
 
-    return pattern.derived("gram_entries", count)
+    return pattern.derived("gram_entries" if limit is None else f"gram_entries_{bound}", count)
 
 
 def _assembly_multiply_adds(pattern: CSRPattern) -> int:
@@ -625,6 +628,21 @@ class GRFGramLinearOperator(LinearOperator):
         left = self.left.scipy_matrix()
         product = left @ (left if self.is_symmetric else self.right.scipy_matrix()).T
         return sp.csr_matrix(product)
+
+    def sparse_entries(self, limit: int | None = None) -> int | None:
+        r"""Stored entries of :meth:`scipy_matrix`, counted without assembling it, where they are few.
+
+        Pairs of rows whose walks share a node, counted by a compiled loop that stops at the
+        limit and allocates nothing (once per set of walks and limit).
+
+        :param limit: The most entries worth counting (default: the entries of :math:`\Phi`).
+        :return: The count for an unbatched symmetric Gram whose :math:`\Phi\Phi^\top` has
+            at most ``limit`` entries; ``None`` otherwise (denser Grams, cross covariances,
+            batches).
+        """
+        if not self.is_symmetric or self.batch_shape:
+            return None
+        return _gram_entries(self.left.pattern.compact()[0], limit)
 
     # ---------------------------------------------------------------- dense
     @cached

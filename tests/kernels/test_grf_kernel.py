@@ -298,17 +298,17 @@ def test_cg_training_never_densifies(monkeypatch):
     allowed = {"gram": GRFGramLinearOperator.to_dense, "features": SparseFeatureLinearOperator.to_dense}
     monkeypatch.setattr(GRFGramLinearOperator, "to_dense", forbidden)
     monkeypatch.setattr(SparseFeatureLinearOperator, "to_dense", forbidden)
-    # The checks when training ends solve exactly, as predict's variances do (a dense factor
-    # up to DENSE_VARIANCE_SIZE points): outside training, so the operators may densify there.
+    # The checks when training ends solve exactly, as predict's variances do (a dense or a sparse
+    # factor up to DENSE_VARIANCE_SIZE points): outside training, so the operators may densify there.
     checks = []
 
     def exact(check):
-        def checked(self, *args):
+        def checked(self, *args, **kwargs):
             checks.append(check.__name__)
             with monkeypatch.context() as inside:
                 inside.setattr(GRFGramLinearOperator, "to_dense", allowed["gram"])
                 inside.setattr(SparseFeatureLinearOperator, "to_dense", allowed["features"])
-                return check(self, *args)
+                return check(self, *args, **kwargs)
         return checked
 
     for name in ("_prediction_error", "_one_draw_error"):
