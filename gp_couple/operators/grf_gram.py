@@ -79,11 +79,15 @@ def _gram_entries(pattern: CSRPattern, limit: int | None = None) -> int | None:
 
     ``limit`` defaults to ``pattern.nnz``. Counted once per pattern (one set of walks) and
     limit, by a compiled loop that stops at the limit, so a dense-ish Gram costs no more than
-    the count up to it, and never any memory.
+    the count up to it, and never any memory. The rows sharing a column are pairwise
+    entries, so a column shared by more than :math:`\sqrt{\text{limit}}` rows rejects the
+    Gram before any counting (the count's work grows with those shares).
     """
     bound = pattern.nnz if limit is None else int(limit)
 
     def count() -> int | None:
+        if pattern.nnz and int(_column_counts(pattern).max()) ** 2 > bound:
+            return None
         transposed, _ = pattern.transpose()
         entries = int(sparse_gram_entries(pattern.row_pointer.numpy(), pattern.columns.numpy(),
                                           transposed.row_pointer.numpy(), transposed.columns.numpy(), bound))

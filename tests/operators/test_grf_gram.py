@@ -318,6 +318,19 @@ def test_repeated_untracked_products_switch_to_the_assembled_sparse_gram(dtype):
     assert tracked._assembly is None and features.values.grad is not None
 
 
+def test_the_entry_count_takes_a_limit_and_rejects_a_widely_shared_column_before_counting(monkeypatch):
+    features = _scattered_rows(200, 4000, 10)
+    pattern = features.pattern.compact()[0]
+    entries = grf_gram._gram_entries(pattern)
+    gram = GRFGramLinearOperator(features)
+    assert gram.sparse_entries(entries) == entries and gram.sparse_entries(entries - 1) is None
+    # Every row sharing column 0: at least 200^2 entries, known from the column counts alone.
+    shared = grf_gram.CSRPattern(torch.arange(0, 401, 2), torch.stack([torch.zeros(200, dtype=torch.int64),
+                                                                     torch.arange(1, 201)], 1).reshape(-1), 201)
+    monkeypatch.setattr(grf_gram, "sparse_gram_entries", None)     # not counted
+    assert grf_gram._gram_entries(shared, 200 ** 2 - 1) is None
+
+
 def test_a_gram_with_more_entries_than_its_features_is_never_assembled():
     features = _features(30, 12, 7)
     assert grf_gram._gram_entries(features.pattern.compact()[0]) is None
