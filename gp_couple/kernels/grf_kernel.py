@@ -756,11 +756,12 @@ class GRFKernel(GraphNodeKernel):
                                                                       pattern=pair.pattern))
             own = GRFGramLinearOperator(self.feature_operator(nodes, name="x1"))
             own_sparse = sparse_form(own, max_entries=size * size // 4)
-            other_sparse = None if own_sparse is None else sparse_form(other, max_entries=size * size // 4)
-            if other_sparse is not None:
+            if own_sparse is not None:
                 covariance = own_sparse * scale + sp.diags(evaluation.noise.double().cpu().numpy())
                 order = sparse_factor_ordering(covariance, EXPANSION_ITERATIONS)
-                if order is not None:
+                # The other draw's Gram only where this one's factor pays (the draws share its structure).
+                other_sparse = None if order is None else sparse_form(other, max_entries=size * size // 4)
+                if other_sparse is not None:
                     return sparse_whitened_norm(SparseFactor(covariance, order), covariance,
                                                 (own_sparse - other_sparse) * (scale / math.sqrt(2)), start)
             if not dense:
