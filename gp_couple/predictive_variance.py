@@ -206,8 +206,8 @@ def sparse_factor_ordering(matrix: sp.csr_matrix, num_solves: int) -> np.ndarray
 
     The work of each, in multiply-adds, for a training set of :math:`n` points and
     :math:`t` = ``num_solves`` solves: :math:`m^3/3 + t m^2` for a dense Cholesky factor
-    of :math:`m = \min(n,` :data:`DENSE_VARIANCE_SIZE` :math:`)` points and its triangular
-    solves (above that size, the most dense work ``"auto"`` does); for the sparse factor its
+    of :math:`m` points and its triangular solves, :math:`m` the smaller of :math:`n` and
+    :data:`DENSE_VARIANCE_SIZE` (above that size, the most dense work ``"auto"`` does); for the sparse factor its
     symbolic cost (:func:`~gp_couple.sparse_factor.factor_cost`) and at most its entries
     per solve, weighted by :data:`SPARSE_WORK_COST`, and :data:`SPARSE_SETUP_WORK`.
 
