@@ -84,7 +84,8 @@ __all__ = ["DENSE_VARIANCE_SIZE", "KRYLOV_MEMORY_FRACTION", "SPARSE_SETUP_WORK",
            "VARIANCE_METHODS", "VarianceEstimate",
            "VarianceToleranceWarning", "posterior_variance", "sparse_factor_ordering", "sparse_form"]
 
-#: Largest training set whose variances are computed by dense float64 Cholesky under ``"auto"``.
+#: Largest training set whose variances ``"auto"`` computes by a float64 factor: dense Cholesky,
+#: or a sparse factor where it costs less (:func:`sparse_factor_ordering`).
 DENSE_VARIANCE_SIZE = 10_000
 #: Cost of a multiply-add of the sparse factor and its solves (SuperLU, the compiled sparse
 #: triangular solves) in multiply-adds of the dense float64 Cholesky factor and its
@@ -371,21 +372,22 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
         torch.cartesian_prod(*(torch.arange(s) for s in batch_shape)).reshape(-1, len(batch_shape)).tolist()
         if batch_shape else [[]])]
 
-    def sparse_pair(entry: tuple[int, ...], max_entries: int | None = None) -> _SparsePair | None:
+    def sparse_pair(entry: tuple[int, ...]) -> _SparsePair | None:
         """Sparse forms of the entry's training covariance and cross-covariance, or ``None`` if either has none."""
-        train = sparse_form(train_covariance[entry] if entry else train_covariance, max_entries)
+        train = sparse_form(train_covariance[entry] if entry else train_covariance)
         cross_matrix = None if train is None else sparse_form(cross[entry] if entry else cross)
         return None if cross_matrix is None else _SparsePair(train, cross_matrix)
 
     # The method is chosen once, on the first batch entry: the entries share the operators' structure.
     pairs: dict[tuple[int, ...], _SparsePair | None] = {}
     if method == "auto" and (size <= DENSE_VARIANCE_SIZE or not noise_floor > 0):
-        pair = sparse_pair(entries[0], max_entries=size * size // 4)
-        order = None if pair is None else sparse_factor_ordering(pair.train, pair.cross.shape[0])
-        if order is not None:
-            method, pairs[entries[0]] = "sparse", _SparsePair(pair.train, pair.cross, order)
-        else:
-            method = "dense"
+        method, first = "dense", entries[0]
+        # The cross-covariance is assembled only where the training side's sparse factor pays.
+        train = sparse_form(train_covariance[first] if first else train_covariance, size * size // 4)
+        order = None if train is None else sparse_factor_ordering(train, cross.shape[-2])
+        cross_matrix = None if order is None else sparse_form(cross[first] if first else cross)
+        if cross_matrix is not None:
+            method, pairs[first] = "sparse", _SparsePair(train, cross_matrix, order)
     elif method in ("auto", "sparse"):
         pairs[entries[0]] = sparse_pair(entries[0])
         if pairs[entries[0]] is None and method == "sparse":
