@@ -74,7 +74,7 @@ from linear_operator.operators import (
 )
 from torch import Tensor
 
-from ._checks import check_fraction
+from ._checks import check_fraction, check_int
 from .devices import physical_memory
 from .operators.grf_gram import GRFGramLinearOperator
 from .operators.training_covariance import dense_covariance
@@ -82,7 +82,8 @@ from .sparse_factor import SparseFactor, factor_bytes_bound, factor_cost
 
 __all__ = ["DENSE_VARIANCE_SIZE", "KRYLOV_MEMORY_FRACTION", "SPARSE_SETUP_WORK", "SPARSE_WORK_COST",
            "VARIANCE_METHODS", "VarianceEstimate",
-           "VarianceToleranceWarning", "posterior_variance", "sparse_factor_ordering", "sparse_form"]
+           "VarianceToleranceWarning", "posterior_variance", "sparse_factor_ordering", "sparse_form",
+           "sparse_work_budget"]
 
 #: Largest training set whose variances ``"auto"`` computes by a float64 factor: dense Cholesky,
 #: or a sparse factor where it costs less (:func:`sparse_factor_ordering`).
@@ -202,21 +203,32 @@ class _SparsePair:
     order: np.ndarray | None = None
 
 
+def sparse_work_budget(size: int, num_solves: int) -> float:
+    r"""The weighted work a sparse factor of ``size`` points may cost and still beat the dense one.
+
+    In multiply-adds: :math:`m^3/3 + t m^2` for a dense Cholesky factor of :math:`m` points
+    and its :math:`t` = ``num_solves`` triangular solves, :math:`m` the smaller of ``size``
+    and :data:`DENSE_VARIANCE_SIZE` (above that size, the most dense work ``"auto"`` does),
+    less :data:`SPARSE_SETUP_WORK`. Not positive where a sparse factor cannot pay, which
+    callers check before assembling any sparse matrix.
+    """
+    reference = min(int(size), DENSE_VARIANCE_SIZE)
+    return reference ** 3 / 3 + num_solves * reference ** 2 - SPARSE_SETUP_WORK
+
+
 def sparse_factor_ordering(matrix: sp.csr_matrix, num_solves: int) -> np.ndarray | None:
     r"""The nested-dissection ordering of ``matrix`` where its sparse factor costs less than a dense one, else ``None``.
 
-    The work of each, in multiply-adds, for a training set of :math:`n` points and
-    :math:`t` = ``num_solves`` solves: :math:`m^3/3 + t m^2` for a dense Cholesky factor
-    of :math:`m` points and its triangular solves, :math:`m` the smaller of :math:`n` and
-    :data:`DENSE_VARIANCE_SIZE` (above that size, the most dense work ``"auto"`` does); for the sparse factor its
-    symbolic cost (:func:`~gp_couple.sparse_factor.factor_cost`) and at most its entries
-    per solve, weighted by :data:`SPARSE_WORK_COST`, and :data:`SPARSE_SETUP_WORK`.
+    The sparse factor's work is its symbolic cost (:func:`~gp_couple.sparse_factor.factor_cost`)
+    and at most its entries per solve, weighted by :data:`SPARSE_WORK_COST`; it must be
+    within :func:`sparse_work_budget`.
 
     :param matrix: A symmetric positive-definite SciPy sparse matrix.
-    :param num_solves: Solves (or test rows' quadratic forms) the factor is for.
+    :param num_solves: Solves (or test rows' quadratic forms) the factor is for (a non-negative int).
+    :raises ValueError: If ``matrix`` is not square or ``num_solves`` is negative.
     """
-    reference = min(int(matrix.shape[0]), DENSE_VARIANCE_SIZE)
-    budget = reference ** 3 / 3 + num_solves * reference ** 2 - SPARSE_SETUP_WORK
+    num_solves = check_int("num_solves", num_solves, 0)
+    budget = sparse_work_budget(matrix.shape[0], num_solves)
     if budget <= 0:
         return None
     cost = factor_cost(matrix, int(budget / SPARSE_WORK_COST))
@@ -383,7 +395,8 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
     if method == "auto" and (size <= DENSE_VARIANCE_SIZE or not noise_floor > 0):
         method, first = "dense", entries[0]
         # The cross-covariance is assembled only where the training side's sparse factor pays.
-        train = sparse_form(train_covariance[first] if first else train_covariance, size * size // 4)
+        train = (None if sparse_work_budget(size, cross.shape[-2]) <= 0 else
+                 sparse_form(train_covariance[first] if first else train_covariance, size * size // 4))
         order = None if train is None else sparse_factor_ordering(train, cross.shape[-2])
         cross_matrix = None if order is None else sparse_form(cross[first] if first else cross)
         if cross_matrix is not None:

@@ -29,6 +29,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from . import _sparse_factor_compiled as compiled
+from ._checks import check_int
 from .devices import physical_memory
 
 __all__ = ["FILL_ALLOWANCE", "FactorCost", "SparseFactor", "factor_bytes_bound", "factor_cost", "nested_dissection"]
@@ -95,9 +96,14 @@ def factor_cost(matrix: sp.spmatrix, multiply_add_limit: int) -> FactorCost | No
     (:math:`\sum_j c_j^2 \ge E^2/n`), so a factor that fills in costs no more than that.
 
     :param matrix: A square, structurally symmetric SciPy sparse matrix.
-    :param multiply_add_limit: Work above which the cost is not needed.
+    :param multiply_add_limit: Work above which the cost is not needed (a non-negative int).
     :return: The :class:`FactorCost`, or ``None`` where the work exceeds the limit.
+    :raises ValueError: If ``matrix`` is not square or the limit is negative.
+    :raises TypeError: If the limit is not an int.
     """
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"the matrix must be square, got shape {matrix.shape}")
+    multiply_add_limit = check_int("multiply_add_limit", multiply_add_limit, 0)
     size = int(matrix.shape[0])
     order = nested_dissection(matrix)
     ordered = sp.csc_matrix(matrix)[order][:, order].tocsc()

@@ -118,3 +118,17 @@ def test_the_symbolic_count_is_the_factors_size_and_stops_at_its_limit(matrix):
     assert factor_cost(matrix, cost.multiply_adds - 1) is None
     # Stopped on the entries alone: sum(c^2) >= E^2 / n.
     assert factor_cost(matrix, cost.entries ** 2 // matrix.shape[0] // 4) is None
+
+
+def test_the_symbolic_count_and_the_ordering_rule_reject_bad_input():
+    from gp_couple.predictive_variance import sparse_factor_ordering
+
+    matrix = _grid_laplacian(5)
+    with pytest.raises(ValueError, match="must be square"):
+        factor_cost(sp.random(4, 5, density=0.5, format="csr", random_state=0), 10)
+    with pytest.raises(ValueError, match="multiply_add_limit"):
+        factor_cost(matrix, -1)
+    with pytest.raises(TypeError, match="multiply_add_limit"):
+        factor_cost(matrix, 1.5)
+    with pytest.raises(ValueError, match="num_solves"):
+        sparse_factor_ordering(matrix, -1)

@@ -89,8 +89,10 @@ def _gram_entries(pattern: CSRPattern, limit: int | None = None) -> int | None:
         if pattern.nnz and int(_column_counts(pattern).max()) ** 2 > bound:
             return None
         transposed, _ = pattern.transpose()
-        entries = int(sparse_gram_entries(pattern.row_pointer.numpy(), pattern.columns.numpy(),
-                                          transposed.row_pointer.numpy(), transposed.columns.numpy(), bound))
+        # On the host whatever the walks' device (the count is a compiled CPU loop).
+        entries = int(sparse_gram_entries(pattern.row_pointer.cpu().numpy(), pattern.columns.cpu().numpy(),
+                                          transposed.row_pointer.cpu().numpy(), transposed.columns.cpu().numpy(),
+                                          bound))
         return entries if entries <= bound else None
 
     return pattern.derived("gram_entries" if limit is None else f"gram_entries_{bound}", count)
