@@ -225,7 +225,9 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
     (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.refine_walks`: a
     :class:`~gp_couple.kernels.grf_kernel.GRFKernel` follows its
     :class:`~gp_couple.kernels.walk_schedule.WalkSchedule`), and if one did, training
-    continues from where it stopped on the new walks. When training ends, every graph
+    continues from where it stopped on the new walks (L-BFGS from the curvature the phase
+    before ended with, :attr:`~gp_couple.optimize.TrainingHistory.curvature`: the objective
+    on redrawn walks is a nearby one). When training ends, every graph
     kernel prepares to predict
     (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.prepare_prediction`: a
     ``GRFKernel`` draws :math:`\sigma`-coupled prediction walkers), and training goes on,
@@ -281,12 +283,13 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
         """Train one phase to convergence; whether training may go on (the callback did not stop it)."""
         nonlocal phases_run
         phase, phases_run = phases_run, phases_run + 1
+        # A phase after redrawn walks starts its quasi-Newton model from the last phase's curvature.
         history.extend_phase(minimize(
             lambda: -mll(model(*model.train_inputs), model.train_targets).sum(),
             dict(model.named_parameters()), iterations=iterations, lr=lr, optimizer=optimizer,
             convergence=convergence, seed=None if base_seed is None else base_seed + phase,
             callback=None if callback is None else counted, constraints=parameter_constraints(model), warn=False,
-            num_data=num_data))
+            num_data=num_data, curvature=history.curvature))
         history.phases = phase + 1
         return history.reason != "callback"
 
@@ -310,7 +313,7 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
                 if not (drawn and going):
                     break
                 before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
-                losses, ending = len(history), (history.converged, history.reason, history.steepest)
+                losses, ending = len(history), history.ending()
                 going = train_phase()
                 refit += 1
                 if any([kernel.round_regressed() for kernel in kernels]):

@@ -68,13 +68,22 @@ gradient test holds. If they cannot (no step moves downhill, or the budget is sp
 whose last iteration met the loss and parameter tests, or whose point meets the gradient
 test, has converged at the objective's rounding noise; any other run ends with a warning
 from :func:`minimize`.
+
+A run may start from the curvature pairs of an earlier run on a related objective
+(:func:`minimize`'s ``curvature``, :attr:`TrainingHistory.curvature`; :func:`gp_couple.models.fit_gp`
+passes them from phase to phase, whose objectives differ only by redrawn walks). SciPy then
+works in coordinates in which those pairs' inverse Hessian is the identity, so that its first
+step is their quasi-Newton step rather than the raw gradient, and a phase that starts near its
+optimum ends in a few evaluations. A run passes on only the pairs of steps longer than
+``parameter_tolerance``: shorter ones, near a float32 objective's optimum, measure the
+gradient's rounding noise rather than the curvature.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,7 +190,7 @@ class Convergence:
 
 
 class TrainingHistory(list):
-    """The loss before each step (a list of floats), and how training ended.
+    r"""The loss before each step (a list of floats), and how training ended.
 
     :ivar converged: Whether the :class:`Convergence` rule (or L-BFGS's own tests) stopped it.
     :ivar reason: Why it stopped: ``"converged"``, ``"iterations"`` (budget spent),
@@ -195,6 +204,11 @@ class TrainingHistory(list):
         is the phase's before them.
     :ivar steepest: L-BFGS only: the largest gradient entry at the last accepted point
         (``None`` for Adam).
+    :ivar curvature: L-BFGS only: the last curvature pairs :math:`(\mathbf s_i, \mathbf y_i)`
+        of steps longer than the parameter tolerance (steps between accepted points and their
+        gradient changes, in the optimiser's coordinates, oldest first; the run's given pairs
+        where it took none), from which a later run on a related objective may start its
+        quasi-Newton model (:func:`minimize`'s ``curvature``); empty for Adam.
     """
 
     converged: bool = False
@@ -203,6 +217,11 @@ class TrainingHistory(list):
     phases: int = 1
     undone_phases: int = 0
     steepest: float | None = None
+    curvature: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
+
+    def ending(self) -> tuple[bool, str, float | None, tuple[tuple[np.ndarray, np.ndarray], ...]]:
+        """How training ended so far, as :meth:`undo_phase` restores it."""
+        return self.converged, self.reason, self.steepest, self.curvature
 
     def extend_phase(self, phase: TrainingHistory) -> None:
         """Append the losses of the next phase; how training ended is the last phase's.
@@ -210,17 +229,18 @@ class TrainingHistory(list):
         :param phase: The next phase's history.
         """
         self.extend(phase)
-        self.converged, self.reason, self.steepest = phase.converged, phase.reason, phase.steepest
+        self.converged, self.reason, self.steepest, self.curvature = phase.ending()
         self.evaluations += phase.evaluations
 
-    def undo_phase(self, losses: int, ending: tuple[bool, str, float | None]) -> None:
+    def undo_phase(self, losses: int,
+                   ending: tuple[bool, str, float | None, tuple[tuple[np.ndarray, np.ndarray], ...]]) -> None:
         """Forget the losses and the ending of the last phase, whose parameters were restored.
 
         :param losses: How many losses the history held before that phase.
-        :param ending: ``(converged, reason, steepest)`` before that phase.
+        :param ending: :meth:`ending` before that phase.
         """
         del self[losses:]
-        self.converged, self.reason, self.steepest = ending
+        self.converged, self.reason, self.steepest, self.curvature = ending
         self.undone_phases += 1
 
 
@@ -342,6 +362,12 @@ _CURVATURE_PAIRS = 10
 #: Their line searches end where the directional derivative has shrunk by this factor (a strong
 #: Wolfe curvature condition, without the sufficient decrease that needs the value).
 _CURVATURE = 0.5
+#: Most parameter entries whose curvature pairs from an earlier run (``minimize``'s ``curvature``)
+#: start a run's quasi-Newton model (a dense basis of this size per run).
+_BASIS_SIZE = 100
+#: SciPy's box on the coordinates of that basis: wide enough never to bind (the optimiser's own
+#: box is kept by refusing points outside it), finite so that SciPy takes the model's first step whole.
+_BASIS_BOX = 1e12
 
 
 def _inverse_hessian_product(gradient: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -361,6 +387,21 @@ def _inverse_hessian_product(gradient: np.ndarray, pairs: list[tuple[np.ndarray,
     for (s, y), weight in zip(pairs, reversed(weights)):
         result += s * (weight - float(y @ result) / float(y @ s))
     return result
+
+
+def _quasi_newton_basis(pairs: list[tuple[np.ndarray, np.ndarray]], size: int) -> np.ndarray | None:
+    r"""A matrix :math:`\mathbf M` with :math:`\mathbf M\mathbf M^\top` the inverse Hessian of
+    L-BFGS's model on ``pairs`` (its two-loop recursion applied to the unit vectors), or
+    ``None`` without pairs, above :data:`_BASIS_SIZE` entries, or where that model is not
+    positive definite in floating point."""
+    if not pairs or size > _BASIS_SIZE:
+        return None
+    inverse = np.stack([_inverse_hessian_product(unit, pairs) for unit in np.eye(size)], axis=1)
+    try:
+        basis = np.linalg.cholesky((inverse + inverse.T) / 2)
+    except np.linalg.LinAlgError:
+        return None
+    return basis if np.isfinite(basis).all() else None
 
 
 class _AtRoundingNoise(Exception):
@@ -404,7 +445,8 @@ class _Coordinates:
 
 def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter], floors: list[Tensor | None],
            iterations: int, convergence: Convergence, callback: Callable[[int, float], bool | None] | None,
-           history: TrainingHistory, seed: int, num_data: int | None) -> None:
+           history: TrainingHistory, seed: int, num_data: int | None,
+           curvature: list[tuple[np.ndarray, np.ndarray]]) -> None:
     from scipy import optimize
 
     sizes = [parameter.numel() for parameter in parameters]
@@ -422,7 +464,10 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
                 parameter.copy_(torch.as_tensor(chunk, dtype=parameter.dtype).view_as(parameter))
 
     evaluated: dict[str, Any] = {}
-    state: dict[str, Any] = {"settled": False, "searching": 0, "refused": False, "pairs": []}
+    # "pairs": the last curvature pairs of this run (its gradient-only iterations use them); "passed": those
+    # of steps beyond the parameter tolerance, with the given ones before them (what a later run starts from).
+    state: dict[str, Any] = {"settled": False, "searching": 0, "refused": False, "pairs": [],
+                             "passed": list(curvature)}
     lower = np.array([low for low, _ in coordinates.bounds], dtype=np.float64)
     upper = np.array([high for _, high in coordinates.bounds], dtype=np.float64)
 
@@ -467,6 +512,9 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         return value, evaluated["gradient"]
 
     def value_and_gradient(z: np.ndarray) -> tuple[float, np.ndarray]:
+        if np.any(z < lower) or np.any(z > upper):
+            # Outside the box, which SciPy's own coordinates keep but a quasi-Newton basis does not.
+            return worse()
         if "z" in evaluated and np.array_equal(z, evaluated["z"]):
             # SciPy evaluates its starting point again.
             assign(z)
@@ -482,15 +530,13 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             return worse()
         return evaluate(z)
 
-    def after_iteration(intermediate_result: optimize.OptimizeResult) -> None:
-        value = float(intermediate_result.fun)
+    def after_iteration(point: np.ndarray, value: float) -> None:
         step = len(history) - 1
         history.append(value)
-        moved = float(np.abs(intermediate_result.x - state["x"]).max()) if start.size else 0.0
+        moved = float(np.abs(point - state["x"]).max()) if start.size else 0.0
         settled = convergence.reached(value - state["value"], value, moved)
-        keep_pair(intermediate_result.x - state["x"], evaluated["gradient"] - state["gradient"])
-        state.update(x=intermediate_result.x.copy(), value=value, gradient=evaluated["gradient"], settled=settled,
-                     searching=0)
+        keep_pair(point - state["x"], evaluated["gradient"] - state["gradient"])
+        state.update(x=point.copy(), value=value, gradient=evaluated["gradient"], settled=settled, searching=0)
         if callback is not None and callback(step, value) is True:
             history.reason = "callback"
             raise StopIteration
@@ -503,16 +549,40 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         """Keep the curvature pair of an accepted step (its gradient change), if its curvature is positive."""
         if float(step @ change) > 1e-12 * float(np.linalg.norm(step) * np.linalg.norm(change)):
             state["pairs"] = (state["pairs"] + [(step.copy(), change.copy())])[-_CURVATURE_PAIRS:]
+            if float(np.abs(step).max()) >= convergence.parameter_tolerance:
+                # Shorter steps, within what the stopping rule calls converged, measure the gradient's
+                # rounding noise more than the curvature (float32 objectives near their optimum).
+                state["passed"] = (state["passed"] + [(step.copy(), change.copy())])[-_CURVATURE_PAIRS:]
 
-    def run(budget: int) -> None:
-        """One SciPy run from ``state``'s point; sets how it ended."""
+    def run(budget: int, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """One SciPy run from ``state``'s point, its first quasi-Newton model from ``pairs``; sets how it ended."""
+        origin = state["x"].copy()
+        basis = _quasi_newton_basis(pairs, origin.size)
         state["pairs"] = []
+        if basis is None:
+            def to_z(w: np.ndarray) -> np.ndarray:
+                return w
+            fun, first, bounds = value_and_gradient, origin, coordinates.bounds
+        else:
+            # SciPy starts from the identity as its Hessian model: in w, with z = origin + basis w and
+            # basis basis^T the pairs' inverse Hessian, that is the pairs' model, and the first step
+            # their quasi-Newton step. The box is kept by value_and_gradient, SciPy's is wider.
+            def to_z(w: np.ndarray) -> np.ndarray:
+                return origin + basis @ w
+
+            def fun(w: np.ndarray) -> tuple[float, np.ndarray]:
+                value, gradient = value_and_gradient(to_z(w))
+                return value, basis.T @ gradient
+            first, bounds = np.zeros_like(origin), [(-_BASIS_BOX, _BASIS_BOX)] * origin.size
+        def report(intermediate_result: optimize.OptimizeResult) -> None:
+            # SciPy passes the OptimizeResult to a callback whose argument has this name.
+            after_iteration(to_z(intermediate_result.x), float(intermediate_result.fun))
+
         try:
-            result = optimize.minimize(value_and_gradient, state["x"], jac=True, method="L-BFGS-B",
-                                       bounds=coordinates.bounds, callback=after_iteration,
+            result = optimize.minimize(fun, first, jac=True, method="L-BFGS-B", bounds=bounds, callback=report,
                                        options={"maxiter": budget, "ftol": 0.0,
                                                 "gtol": 1e-8, "maxls": convergence.line_search_evaluations})
-            status, message, final = result.status, str(result.message), result.x
+            status, message, final = result.status, str(result.message), to_z(result.x)
         except _AtRoundingNoise:
             status, message, final = 2, "no decrease beyond the objective's rounding noise", state["x"]
         # SciPy returns the last point it accepted, not the last one evaluated.
@@ -663,19 +733,21 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         history.append(evaluated["value"])
         state.update(x=evaluated["z"], value=evaluated["value"], gradient=evaluated["gradient"], searching=0,
                      settled=False)
-        run(iterations - (len(history) - 1))
+        run(iterations - (len(history) - 1), curvature if escape == 0 else [])
         if history.reason == "callback" or len(history) - 1 >= iterations or escape == FLOOR_ESCAPES \
                 or not lift_off_floor():
-            return
+            break
         history.converged, history.reason = False, "iterations"
+    history.curvature = tuple(state["passed"])
 
 
 def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Parameter], *, iterations: int,
              lr: float = 0.01, optimizer: str = "adam", convergence: Convergence | None = None,
              seed: SeedLike = None, callback: Callable[[int, float], bool | None] | None = None,
              description: str = "training", warn: bool = True,
-             constraints: Mapping[str, Any] | None = None, num_data: int | None = None) -> TrainingHistory:
-    """Minimise ``objective()`` over ``parameters``: the training loop of every fitter.
+             constraints: Mapping[str, Any] | None = None, num_data: int | None = None,
+             curvature: Sequence[tuple[np.ndarray, np.ndarray]] = ()) -> TrainingHistory:
+    r"""Minimise ``objective()`` over ``parameters``: the training loop of every fitter.
 
     :param objective: Returns the loss (a scalar tensor) of the current parameters.
     :param parameters: The parameters to train, by name (names appear in errors).
@@ -697,6 +769,13 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
         log-likelihood: the number of observations). L-BFGS then also holds the gradient of
         the total to :attr:`Convergence.total_gradient_tolerance`; ``None`` (the default) for a
         loss that is not a mean.
+    :param curvature: L-BFGS only: curvature pairs of an earlier run on a related objective over
+        the same parameters (its :attr:`TrainingHistory.curvature`, e.g. the phase before on
+        redrawn walks). The first quasi-Newton model is theirs instead of the identity: SciPy
+        runs in the coordinates :math:`\mathbf w` of :math:`\mathbf z = \mathbf z_0 + \mathbf M
+        \mathbf w`, where :math:`\mathbf M\mathbf M^\top` is their inverse Hessian, so that its
+        first step is their quasi-Newton step rather than the raw gradient (up to
+        :data:`_BASIS_SIZE` entries; ignored above, or where their model is not positive definite).
     :return: The loss before each step, with how training ended (:class:`TrainingHistory`).
     :raises ValueError: For an unknown optimiser or a bad schedule.
     :raises FloatingPointError: If the loss (Adam) or a parameter becomes NaN or infinite.
@@ -722,13 +801,14 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
             raise TypeError(f"constraints[{name!r}] must be a gpytorch constraint (gpytorch.constraints.Interval) "
                             f"or None, got {type(constraint).__name__}")
     trainable = [(name, parameter) for name, parameter in parameters.items() if parameter.requires_grad]
+    pairs = _check_curvature(curvature, sum(parameter.numel() for _, parameter in trainable))
     history = TrainingHistory()
     if optimizer == "lbfgs":
         if iterations > 0:
             _lbfgs(objective, [parameter for _, parameter in trainable],
                    [torch.as_tensor(constraints[name].lower_bound) if _log_coordinate(constraints.get(name)) else None
                     for name, _ in trainable], int(iterations), convergence or Convergence(), callback, history,
-                   draw_seed(seed), None if num_data is None else int(num_data))
+                   draw_seed(seed), None if num_data is None else int(num_data), pairs)
     else:
         with seeded_torch_rng(seed):
             _adam(objective, [parameter for _, parameter in trainable], int(iterations), lr, convergence, callback,
@@ -740,6 +820,25 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
     if warn:
         check_ending(history, optimizer, iterations, float(lr), convergence is not None or optimizer == "lbfgs")
     return history
+
+
+def _check_curvature(curvature: Any, size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``minimize``'s ``curvature`` as float64 pairs of ``size`` entries each, with positive curvature."""
+    if isinstance(curvature, (str, bytes)) or not isinstance(curvature, Sequence):
+        raise TypeError(f"curvature must be a sequence of (step, gradient change) pairs, got "
+                        f"{type(curvature).__name__}")
+    pairs = []
+    for index, pair in enumerate(curvature):
+        if not (isinstance(pair, Sequence) and len(pair) == 2):
+            raise TypeError(f"curvature[{index}] must be a (step, gradient change) pair")
+        step, change = (np.asarray(entry, dtype=np.float64).reshape(-1) for entry in pair)
+        if step.size != size or change.size != size:
+            raise ValueError(f"curvature[{index}] has {step.size} and {change.size} entries, but the parameters "
+                             f"have {size}")
+        if not (np.isfinite(step).all() and np.isfinite(change).all() and float(step @ change) > 0):
+            raise ValueError(f"curvature[{index}] must be finite with a positive step . change (a convex pair)")
+        pairs.append((step, change))
+    return pairs
 
 
 def check_ending(history: TrainingHistory, optimizer: str, iterations: int, lr: float, rule: bool,

@@ -461,3 +461,58 @@ def test_lbfgs_leaves_a_noise_on_its_floor_where_the_loss_rises_above_it():
     assert history.converged and len(history) == 1
     assert float(likelihood.noise.detach()) == pytest.approx(1e-4 + 1e-7, rel=1e-6)
     assert history.evaluations <= 1 + 2 + 1   # the start, two probes, SciPy's own first step at most
+
+
+def _correlated_valley(shift: torch.Tensor) -> tuple[dict[str, torch.nn.Parameter], callable]:
+    """A 3-D quadratic whose curvatures differ by 10^4, along correlated directions, with its optimum at ``shift``."""
+    x = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    rotation, _ = torch.linalg.qr(torch.tensor([[1.0, 0.3, -0.2], [0.5, 1.0, 0.4], [-0.3, 0.2, 1.0]],
+                                               dtype=torch.float64))
+    hessian = rotation @ torch.diag(torch.tensor([100.0, 1.0, 0.01], dtype=torch.float64)) @ rotation.T
+    return {"x": x}, lambda: 0.5 * (x - shift) @ hessian @ (x - shift) + 2.0
+
+
+def test_a_run_that_starts_from_an_earlier_runs_curvature_needs_fewer_evaluations():
+    """The second of two related runs (the optimum moved, as between training phases on redrawn
+    walks) starts its quasi-Newton model from the first run's curvature pairs: its first step is
+    their quasi-Newton step, so it reaches the same optimum in fewer evaluations than from the
+    identity."""
+    rule = Convergence(loss_tolerance=1e-12, parameter_tolerance=1e-6, gradient_tolerance=1e-7)
+    first_parameters, first = _correlated_valley(torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64))
+    earlier = minimize(first, first_parameters, iterations=500, optimizer="lbfgs", convergence=rule)
+    assert earlier.converged and len(earlier.curvature) > 0
+    moved = torch.tensor([1.05, -0.9, 2.2], dtype=torch.float64)
+    runs = {}
+    for name, curvature in (("identity", ()), ("warm", earlier.curvature)):
+        parameters, objective = _correlated_valley(moved)
+        with torch.no_grad():
+            parameters["x"].copy_(first_parameters["x"])
+        runs[name] = minimize(objective, parameters, iterations=500, optimizer="lbfgs", convergence=rule,
+                              curvature=curvature)
+        assert runs[name].converged
+        torch.testing.assert_close(parameters["x"].detach(), moved, atol=1e-4, rtol=0)
+    assert runs["warm"].evaluations < runs["identity"].evaluations
+
+
+def test_a_warm_started_run_keeps_the_box():
+    """Curvature pairs that point beyond the box do not take a parameter out of it: the box holds
+    in the basis's coordinates too, where SciPy's own bounds are wider."""
+    x = torch.nn.Parameter(torch.tensor([0.0], dtype=torch.float64))
+    steep = [(np.array([1e6]), np.array([1e-3]))]     # an inverse Hessian of 1e9: a step far beyond the box
+    history = minimize(lambda: (x - 5.0) ** 2, {"x": x}, iterations=100, optimizer="lbfgs", curvature=steep)
+    low, high = LBFGS_BOUNDS
+    assert low <= float(x.detach()) <= high
+    assert history.converged and float(x.detach()) == pytest.approx(5.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("curvature, error, match", [
+    (np.zeros((1, 2, 2)), TypeError, "sequence"),
+    ([(np.ones(3), np.ones(3))], ValueError, "3 and 3 entries, but the parameters have 2"),
+    ([(np.ones(2), -np.ones(2))], ValueError, "positive"),
+    ([(np.ones(2), np.array([np.nan, 1.0]))], ValueError, "finite"),
+    ([np.ones(2)], TypeError, r"curvature\[0\]"),
+])
+def test_minimize_validates_curvature(curvature, error, match):
+    parameters, objective = _quadratic()
+    with pytest.raises(error, match=match):
+        minimize(objective, parameters, iterations=2, optimizer="lbfgs", curvature=curvature)

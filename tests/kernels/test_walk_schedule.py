@@ -647,6 +647,10 @@ def test_a_round_judged_worse_is_undone_and_one_out_of_reach_is_not_tried(monkey
     # The history is that of the training the model ends with; the undone round counts in its cost.
     undone, without = fits["undone"][1], fits["without"][1]
     assert list(undone) == list(without) and undone.reason == without.reason
+    # ... and a later phase would start from the curvature of the round before the undone one.
+    assert len(undone.curvature) == len(without.curvature) > 0
+    assert all(np.array_equal(mine, theirs) for pair, other in zip(undone.curvature, without.curvature)
+               for mine, theirs in zip(pair, other))
     assert undone.undone_phases == 1 and without.undone_phases == fits["kept"][1].undone_phases == 0
     assert undone.evaluations > without.evaluations
     assert fits["out of reach"][1].phases == fits["without"][1].phases
@@ -690,3 +694,24 @@ def test_the_round_on_walks_redrawn_for_the_whitened_error_is_judged_by_that_err
     kernel.undo_round()
     assert kernel._evaluation.expansion_error == before and not kernel.round_regressed()
     assert not ExactGraphKernel(GRAPH).round_regressed()
+
+
+def test_every_phase_after_the_first_starts_from_the_curvature_the_last_one_ended_with(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import gp_couple.models as models
+
+    calls = []
+    minimize = models.minimize
+
+    def recorded(*args, **kwargs):
+        history = minimize(*args, **kwargs)
+        calls.append((kwargs["curvature"], history.curvature))
+        return history
+
+    monkeypatch.setattr(models, "minimize", recorded)
+    history = _fit(_model(schedule=QUICK))
+    assert history.phases == len(calls) >= 3
+    assert calls[0][0] == ()
+    for (_, ended), (started, _) in zip(calls, calls[1:]):
+        assert len(ended) > 0 and started is ended
+    assert history.curvature is calls[-1][1]
