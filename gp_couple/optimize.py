@@ -204,11 +204,11 @@ class TrainingHistory(list):
         is the phase's before them.
     :ivar steepest: L-BFGS only: the largest gradient entry at the last accepted point
         (``None`` for Adam).
-    :ivar curvature: L-BFGS only: the last curvature pairs :math:`(\mathbf s_i, \mathbf y_i)`
+    :ivar curvature: L-BFGS only: the last ten curvature pairs :math:`(\mathbf s_i, \mathbf y_i)`
         of steps longer than the parameter tolerance (steps between accepted points and their
-        gradient changes, in the optimiser's coordinates, oldest first; the run's given pairs
-        where it took none), from which a later run on a related objective may start its
-        quasi-Newton model (:func:`minimize`'s ``curvature``); empty for Adam.
+        gradient changes, in the optimiser's coordinates, oldest first, after the pairs the run
+        was given), from which a later run on a related objective may start its quasi-Newton
+        model (:func:`minimize`'s ``curvature``); empty for Adam.
     """
 
     converged: bool = False
@@ -574,6 +574,7 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
                 value, gradient = value_and_gradient(to_z(w))
                 return value, basis.T @ gradient
             first, bounds = np.zeros_like(origin), [(-_BASIS_BOX, _BASIS_BOX)] * origin.size
+
         def report(intermediate_result: optimize.OptimizeResult) -> None:
             # SciPy passes the OptimizeResult to a callback whose argument has this name.
             after_iteration(to_z(intermediate_result.x), float(intermediate_result.fun))
@@ -831,7 +832,10 @@ def _check_curvature(curvature: Any, size: int) -> list[tuple[np.ndarray, np.nda
     for index, pair in enumerate(curvature):
         if not (isinstance(pair, Sequence) and len(pair) == 2):
             raise TypeError(f"curvature[{index}] must be a (step, gradient change) pair")
-        step, change = (np.asarray(entry, dtype=np.float64).reshape(-1) for entry in pair)
+        try:
+            step, change = (np.asarray(entry, dtype=np.float64).reshape(-1) for entry in pair)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"curvature[{index}] must hold two arrays of numbers ({error})") from None
         if step.size != size or change.size != size:
             raise ValueError(f"curvature[{index}] has {step.size} and {change.size} entries, but the parameters "
                              f"have {size}")

@@ -511,6 +511,7 @@ def test_a_warm_started_run_keeps_the_box():
     ([(np.ones(2), -np.ones(2))], ValueError, "positive"),
     ([(np.ones(2), np.array([np.nan, 1.0]))], ValueError, "finite"),
     ([np.ones(2)], TypeError, r"curvature\[0\]"),
+    ([("ab", "cd")], TypeError, r"curvature\[0\] must hold two arrays of numbers"),
 ])
 def test_minimize_validates_curvature(curvature, error, match):
     parameters, objective = _quadratic()
