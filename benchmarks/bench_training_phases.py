@@ -9,9 +9,11 @@ calls it), its iterations, evaluations, process CPU seconds, how it ended, its s
 gradient entry and its end point, and for every walk redraw
 (:meth:`~gp_couple.kernels.GRFKernel.refine_walks`,
 :meth:`~gp_couple.kernels.GRFKernel.prepare_prediction`) its CPU seconds and the walkers
-drawn. It wraps those functions from outside, so it runs on older checkouts too
-(``PYTHONPATH=CHECKOUT``); run it on an otherwise idle machine with one thread per library
-(two runs side by side inflated the same run's CPU seconds 1.6×):
+drawn; with ``--evaluations``, also each evaluation of each phase (its loss, raw parameters and
+gradient: where a line search spends its evaluations). It wraps those functions from outside,
+so it runs on older checkouts too (``PYTHONPATH=CHECKOUT``); run it on an otherwise idle
+machine with one thread per library (two runs side by side inflated the same run's CPU
+seconds 1.6×):
 
     OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \\
         python benchmarks/bench_training_phases.py --problem prior:3:icosphere:5 --seed 9 \\
@@ -31,8 +33,34 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _measure import emit_report  # noqa: E402
 
 
-def instrument(events: list[dict[str, Any]]) -> None:
-    """Record every optimiser call and walk redraw of ``gp_couple.models`` into ``events``."""
+def _first_entries(parameters: dict[str, Any]) -> dict[str, float]:
+    """The first entry of each parameter, by name."""
+    return {name: float(value.detach().flatten()[0]) for name, value in parameters.items()}
+
+
+def traced(objective: Any, parameters: dict[str, Any], trace: list[dict[str, Any]]) -> tuple[Any, list[Any]]:
+    """``objective``, recording each evaluation's loss and raw parameters into ``trace``, and the hooks
+    (to remove afterwards) that add each gradient to its evaluation as the optimiser's backward pass
+    accumulates it (the first entry of each parameter's)."""
+    def record(name: str) -> Any:
+        def hook(parameter: Any) -> None:
+            if trace:
+                trace[-1].setdefault("gradient", {})[name] = float(parameter.grad.detach().flatten()[0])
+        return hook
+
+    hooks = [value.register_post_accumulate_grad_hook(record(name)) for name, value in parameters.items()]
+
+    def evaluate() -> Any:
+        loss = objective()
+        trace.append({"loss": float(loss.detach()), "raw_parameters": _first_entries(parameters)})
+        return loss
+
+    return evaluate, hooks
+
+
+def instrument(events: list[dict[str, Any]], evaluations: bool = False) -> None:
+    """Record every optimiser call and walk redraw of ``gp_couple.models`` into ``events``; with
+    ``evaluations``, every evaluation of each call's objective too (:func:`traced`)."""
     import gp_couple.models as models
     from gp_couple.kernels.grf_kernel import GRFKernel
 
@@ -40,14 +68,21 @@ def instrument(events: list[dict[str, Any]]) -> None:
     walks: dict[str, Any] = {}
 
     def timed_minimize(objective: Any, parameters: Any, **options: Any) -> Any:
+        trace: list[dict[str, Any]] = []
+        hooks: list[Any] = []
+        if evaluations:
+            objective, hooks = traced(objective, parameters, trace)
         start = time.process_time()
         history = minimize(objective, parameters, **options)
+        cpu_s = time.process_time() - start
+        for hook in hooks:
+            hook.remove()
         events.append({"event": "phase", "iterations": len(history), "evaluations": history.evaluations,
-                       "cpu_s": time.process_time() - start, "reason": history.reason,
+                       "cpu_s": cpu_s, "reason": history.reason,
                        "steepest": history.steepest, "num_data": options.get("num_data"),
                        "final_loss": history[-1] if len(history) else None,
-                       "raw_parameters": {name: float(value.detach().flatten()[0])
-                                          for name, value in parameters.items()}, **walks})
+                       "raw_parameters": _first_entries(parameters), **walks,
+                       **({"trace": trace} if evaluations else {})})
         return history
 
     models.minimize = timed_minimize
@@ -72,12 +107,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--evaluations", action="store_true",
+                        help="record every evaluation of each phase: its loss, raw parameters and gradient "
+                             "(the first entry of each parameter)")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
     import bench_convergence
 
     events: list[dict[str, Any]] = []
-    instrument(events)
+    instrument(events, evaluations=args.evaluations)
     start = time.process_time()
     row = bench_convergence.run_method(args.problem, args.method, args.iterations, args.seed, 6000, None,
                                        dtype=args.dtype)

@@ -41,33 +41,37 @@ Optimisers (``optimizer=``):
   point (at most :data:`FLOOR_ESCAPES` times; a loss that rises above the floor costs two
   evaluations).
 
-The stopping rule (:class:`Convergence`) is stated in terms of the loss and the
-parameters: training has converged when the loss changed by at most ``loss_tolerance``
-(relative to :math:`\max(1, |\text{loss}|)`) and no parameter moved by more than
-``parameter_tolerance`` — between consecutive L-BFGS iterations (where, in addition, no
-gradient entry may exceed ``gradient_tolerance``, nor, for a loss that is a mean over
-``num_data`` terms such as a GP's negative log-likelihood per observation, may the total's
-exceed ``total_gradient_tolerance``: a statistical objective fixes its parameters more
-tightly the more data it averages), or between the means of two
-consecutive windows of ``window`` Adam steps (whose losses are noisy). SciPy's
-relative-reduction test (``ftol``) is off: it compares two consecutive losses only, and
-L-BFGS-B's first step on a boxed problem is the raw gradient, which in an ill-conditioned
-valley (a GP's range against its noise, on thousands of observations) the line search
-shortens to a negligible loss reduction far from the optimum. L-BFGS also stops when
-SciPy's projected-gradient test is met where the gradient projected on the bounds meets
-the gradient test. Any other end SciPy reports before the rule holds (an abnormal line
-search, or no decrease at all: usually a value whose slope disagrees with the gradient, as a
-CG/Lanczos estimate's can, or a float32 loss whose rounding hides the last decrease) is not
-convergence. Training then goes on from the gradient alone: quasi-Newton iterations on the
-last curvature pairs (differences of accepted points and of their gradients, so the value
-never entered them), whose line searches bracket the sign change of the directional
+The stopping rule (:class:`Convergence`) is stated in terms of the loss and the parameters:
+training has converged when the loss changed by at most ``loss_tolerance`` (relative to
+:math:`\max(1, |\text{loss}|)`) and no parameter moved by more than ``parameter_tolerance``
+— between consecutive L-BFGS iterations (where, in addition, no gradient entry may exceed
+``gradient_tolerance``, nor, for a loss that is a mean over ``num_data`` terms such as a
+GP's negative log-likelihood per observation, may the total's exceed
+``total_gradient_tolerance``: a statistical objective fixes its parameters more tightly the
+more data it averages), or between the means of two consecutive windows of ``window`` Adam
+steps (whose losses are noisy). SciPy's relative-reduction test (``ftol``) is off: it
+compares two consecutive losses only, and L-BFGS-B's first step on a boxed problem is the
+raw gradient, which in an ill-conditioned valley (a GP's range against its noise, on
+thousands of observations) the line search shortens to a negligible loss reduction far from
+the optimum. L-BFGS also stops when SciPy's projected-gradient test is met where the
+gradient projected on the bounds meets the gradient test, and at a trial point of a line
+search that meets the whole rule against the last accepted point (loss and parameter tests,
+and the gradient test at the trial point): SciPy accepts a trial point only on a sufficient
+decrease of the value, which near a float32 objective's optimum can be smaller than the
+value's rounding noise, so that the line search would otherwise spend its evaluations around
+a point that already passes. Any other end SciPy reports before the rule holds (an abnormal
+line search, or no decrease at all: usually a value whose slope disagrees with the gradient,
+as a CG/Lanczos estimate's can, or a float32 loss whose rounding hides the last decrease) is
+not convergence. Training then goes on from the gradient alone: quasi-Newton iterations on
+the last curvature pairs (differences of accepted points and of their gradients, so the
+value never entered them), whose line searches bracket the sign change of the directional
 derivative and interpolate it by secants, stopping where it has shrunk to half its size at
 the start (a strong Wolfe curvature condition without the sufficient decrease, which needs
-the value; Kafka and Wilke, 2019, "Gradient-only line searches"). They end when the
-gradient test holds. If they cannot (no step moves downhill, or the budget is spent), a run
-whose last iteration met the loss and parameter tests, or whose point meets the gradient
-test, has converged at the objective's rounding noise; any other run ends with a warning
-from :func:`minimize`.
+the value; Kafka and Wilke, 2019, "Gradient-only line searches"). They end when the gradient
+test holds. If they cannot (no step moves downhill, or the budget is spent), a run whose
+last iteration met the loss and parameter tests, or whose point meets the gradient test, has
+converged at the objective's rounding noise; any other run ends with a warning from
+:func:`minimize`.
 
 A run may start from the curvature pairs of an earlier run on a related objective
 (:func:`minimize`'s ``curvature``, :attr:`TrainingHistory.curvature`; :func:`gp_couple.models.fit_gp`
@@ -408,6 +412,10 @@ class _AtRoundingNoise(Exception):
     """A line search after a settled L-BFGS iteration spent its evaluations without a decrease."""
 
 
+class _ConvergedAtTrial(Exception):
+    """A line search's trial point met the stopping rule against the last accepted point."""
+
+
 class _Coordinates:
     r"""The optimiser's coordinates :math:`z` of the flattened raw parameters :math:`r`.
 
@@ -528,7 +536,32 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             # step that sends the output scale and the noise to their bounds at once), and there
             # the covariance can be so ill-conditioned that one evaluation costs more than training.
             return worse()
-        return evaluate(z)
+        value, gradient = evaluate(z)
+        if not state["refused"] and "x" in state:
+            accept_if_converged(z, value, gradient)
+        return value, gradient
+
+    def accept_if_converged(point: np.ndarray, value: float, gradient: np.ndarray) -> None:
+        """End the run at a trial point that meets the stopping rule against the last accepted point.
+
+        SciPy accepts a trial point only on a sufficient decrease of the value; near a float32
+        objective's optimum the value's rounding noise exceeds the decrease left, and the line
+        search would spend its evaluations around a point that already passes the rule's tests
+        (the loss within ``loss_tolerance`` of the last accepted one, no parameter moved by more
+        than ``parameter_tolerance``, the gradient test at the point itself)."""
+        moved = float(np.abs(point - state["x"]).max(initial=0.0))
+        if not (convergence.reached(value - state["value"], value, moved)
+                and stationary_at(point, gradient, value)):
+            return
+        history.append(value)
+        keep_pair(point - state["x"], gradient - state["gradient"])
+        state.update(x=point.copy(), value=value, gradient=gradient, settled=True, searching=0)
+        if callback is not None and callback(len(history) - 2, value) is True:
+            history.reason = "callback"
+        else:
+            history.converged = True
+            history.reason = "converged (a line search's trial point met the stopping rule)"
+        raise _ConvergedAtTrial
 
     def after_iteration(point: np.ndarray, value: float) -> None:
         step = len(history) - 1
@@ -586,6 +619,8 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
             status, message, final = result.status, str(result.message), to_z(result.x)
         except _AtRoundingNoise:
             status, message, final = 2, "no decrease beyond the objective's rounding noise", state["x"]
+        except _ConvergedAtTrial:
+            status, message, final = 0, history.reason, state["x"]
         # SciPy returns the last point it accepted, not the last one evaluated.
         assign(final)
         history.steepest = float(np.abs(state["gradient"]).max(initial=0.0))
@@ -612,11 +647,15 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
                 history.reason = "converged (no decrease beyond the objective's rounding noise)"
 
     def at_stationary_point() -> bool:
-        """The gradient test at the last accepted point, projected on the bounds (an entry at a bound
-        whose gradient points out of the box is stationary there)."""
-        gradient, at = state["gradient"].copy(), state["x"]
+        """The gradient test at the last accepted point (:func:`stationary_at`)."""
+        return stationary_at(state["x"], state["gradient"], state["value"])
+
+    def stationary_at(at: np.ndarray, gradient: np.ndarray, value: float) -> bool:
+        """The gradient test at ``at``, projected on the bounds (an entry at a bound whose gradient
+        points out of the box is stationary there)."""
+        gradient = gradient.copy()
         gradient[((at <= lower) & (gradient > 0)) | ((at >= upper) & (gradient < 0))] = 0.0
-        return convergence.stationary(float(np.abs(gradient).max(initial=0.0)), state["value"], num_data)
+        return convergence.stationary(float(np.abs(gradient).max(initial=0.0)), value, num_data)
 
     def descent(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, float]:
         """The quasi-Newton direction at the last accepted point, held at the bounds it would leave
