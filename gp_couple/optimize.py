@@ -23,8 +23,10 @@ Optimisers (``optimizer=``):
   marginal likelihood along the output scale take a few iterations instead of dozens.
   Other parameters keep their raw values. L-BFGS needs a deterministic objective: every
   evaluation runs under the same seed (:func:`gp_couple._random.seeded_torch_rng`), so
-  CG/Lanczos objectives use the same probe vectors each time, and Cholesky ones are exact.
-  A line search may probe hyperparameters where the model breaks down (a covariance that
+  CG/Lanczos objectives use the same probe vectors each time, and Cholesky ones are exact;
+  a point is evaluated once as the parameters store it (the last :data:`_STORED_POINTS`
+  are kept), since near a float32 optimum a line search shortens its steps below the
+  parameters' resolution. A line search may probe hyperparameters where the model breaks down (a covariance that
   is not positive definite in floating point, a non-finite loss): such a point counts as
   worse than the last accepted one, and the search steps back. So does, unevaluated, a
   trial point that changes a parameter in logarithmic coordinates by more than
@@ -366,6 +368,9 @@ _CURVATURE_PAIRS = 10
 #: Their line searches end where the directional derivative has shrunk by this factor (a strong
 #: Wolfe curvature condition, without the sufficient decrease that needs the value).
 _CURVATURE = 0.5
+#: Most points of one L-BFGS run whose value and gradient are kept, by their parameters as stored
+#: (a trial point that rounds to one of them is not evaluated again).
+_STORED_POINTS = 64
 #: Most parameter entries whose curvature pairs from an earlier run (``minimize``'s ``curvature``)
 #: start a run's quasi-Newton model (a dense basis of this size per run).
 _BASIS_SIZE = 100
@@ -496,27 +501,40 @@ def _lbfgs(objective: Callable[[], Tensor], parameters: list[torch.nn.Parameter]
         state["refused"] = True
         return worse()
 
+    # Values and raw gradients by the parameters as stored: the objective is deterministic in them, and
+    # near a float32 optimum a line search shortens its steps below their resolution.
+    stored: dict[bytes, tuple[float, np.ndarray]] = {}
+
     def evaluate(z: np.ndarray) -> tuple[float, np.ndarray]:
         state["refused"] = False
         assign(z)
-        for parameter in parameters:
-            parameter.grad = None
-        with seeded_torch_rng(seed):    # the same probes at every evaluation: a deterministic objective
-            history.evaluations += 1
-            try:
-                loss = objective()
-                value = float(loss.detach())
-                if math.isfinite(value):
-                    loss.backward()
-            except (NotPSDError, torch.linalg.LinAlgError) as error:
-                return refused(error)
-            if not math.isfinite(value):
-                return refused(FloatingPointError(f"the loss is {value} at the starting parameters"))
-        gradient = torch.cat([(parameter.grad if parameter.grad is not None else torch.zeros_like(parameter))
-                              .reshape(-1) for parameter in parameters])
+        key = b"".join(parameter.detach().reshape(-1).cpu().view(torch.uint8).numpy().tobytes()
+                       for parameter in parameters)
+        if key in stored:
+            value, raw_gradient = stored[key]
+        else:
+            for parameter in parameters:
+                parameter.grad = None
+            with seeded_torch_rng(seed):    # the same probes at every evaluation: a deterministic objective
+                history.evaluations += 1
+                try:
+                    loss = objective()
+                    value = float(loss.detach())
+                    if math.isfinite(value):
+                        loss.backward()
+                except (NotPSDError, torch.linalg.LinAlgError) as error:
+                    return refused(error)
+                if not math.isfinite(value):
+                    return refused(FloatingPointError(f"the loss is {value} at the starting parameters"))
+            raw_gradient = torch.cat([(parameter.grad if parameter.grad is not None
+                                       else torch.zeros_like(parameter)).reshape(-1)
+                                      for parameter in parameters]).detach().double().cpu().numpy()
+            if len(stored) >= _STORED_POINTS:
+                del stored[next(iter(stored))]
+            stored[key] = (value, raw_gradient)
         evaluated["z"] = z.copy()
         evaluated["value"] = value
-        evaluated["gradient"] = gradient.detach().double().cpu().numpy() * coordinates.raw_derivative(z)
+        evaluated["gradient"] = raw_gradient * coordinates.raw_derivative(z)
         return value, evaluated["gradient"]
 
     def value_and_gradient(z: np.ndarray) -> tuple[float, np.ndarray]:
@@ -797,7 +815,9 @@ def minimize(objective: Callable[[], Tensor], parameters: dict[str, torch.nn.Par
     :param convergence: The stopping rule; ``None`` runs all Adam ``iterations``
         (L-BFGS always uses one: the default :class:`Convergence`).
     :param seed: Seeds torch's global generator inside the loop (restored afterwards);
-        L-BFGS evaluates every point under the same seed.
+        L-BFGS evaluates every point under the same seed, takes the objective to be a function
+        of the parameters, and evaluates it once per point as the parameters store it (a line
+        search's steps below a float32 parameter's resolution evaluate nothing new).
     :param callback: Called as ``callback(step, loss)``; returning ``True`` stops early.
     :param description: Progress-bar label.
     :param warn: Warn (:class:`TrainingWarning`) about diverged, stalled or unconverged

@@ -543,3 +543,26 @@ def test_a_trial_point_that_meets_the_rule_ends_a_run_whose_value_is_rounding_no
     assert float(gradient.abs().max()) <= convergence.gradient_tolerance
     assert history.steepest == pytest.approx(float(gradient.abs().max()))
     assert history.evaluations <= 4
+
+
+def test_lbfgs_evaluates_each_point_of_float32_parameters_once():
+    """Near a float32 optimum SciPy's line searches shorten their steps below the parameters' resolution: points
+    that round to one already evaluated take its value and gradient (7 of 18 evaluations on this problem before),
+    and the run ends where it did."""
+    scales = torch.tensor([3.0, 0.5])
+    optimum = torch.tensor([1.0, -2.0])
+    x = torch.nn.Parameter(optimum + torch.tensor([3e-2, -3e-2]))
+    points = []
+
+    def noisy():
+        points.append(x.detach().clone())
+        loss = torch.log(torch.cosh(scales * (x - optimum))).sum()
+        return loss + 1e-5 * math.sin(1e7 * float(x.detach().sum()))
+
+    # Gradient tolerances out of float32's reach: the run ends on SciPy's line searches at the value's noise.
+    convergence = Convergence(gradient_tolerance=1e-7, total_gradient_tolerance=1e-7)
+    history = minimize(noisy, {"x": x}, iterations=50, optimizer="lbfgs", convergence=convergence, num_data=1)
+    assert history.evaluations == len(points) > 2
+    distinct = {tuple(point.tolist()) for point in points}
+    assert len(distinct) == len(points)
+    assert float((x.detach() - optimum).abs().max()) < 1e-3
