@@ -28,8 +28,8 @@ Optimisers (``optimizer=``):
   are kept), since near a float32 optimum a line search shortens its steps below the
   parameters' resolution. A line search may probe hyperparameters where the model breaks
   down (a covariance that is not positive definite in floating point, a non-finite loss):
-  such a point counts as worse than the last accepted one, and the search steps back. So does, unevaluated, a
-  trial point that changes a parameter in logarithmic coordinates by more than
+  such a point counts as worse than the last accepted one, and the search steps back. So
+  does, unevaluated, a trial point that changes a parameter in logarithmic coordinates by more than
   :attr:`Convergence.step_factor` (a factor of 10) from the last accepted point: a trust
   region on the quasi-Newton step. Logarithmic coordinates have one trap: a parameter
   that a step has taken to within a small distance of a positive lower bound (a
