@@ -29,7 +29,10 @@ on weighted graphs (procedural graphs get i.i.d. log-normal edge weights with
 ``--weight-sigma``; ``traffic`` is the San Jose highway graph): the sampler kernel's walk
 steps per second with the uniform and the weighted proposal, each with independent and
 repelling directions, on the same lengths, the variants alternated within each repeat
-(best of ``--repeats``), and ratios to uniform independent walks.
+(best of ``--repeats``), and ratios to uniform independent walks; and the whole feature build
+(``GraphRandomFeatures.sample`` with the weighted proposal: lengths, walks and coalescing) with
+independent and with repelling directions, in seconds. ``--rows`` takes that many evenly spaced
+start nodes instead of every node (many walkers per node on a large graph).
 
 Run: ``python benchmarks/bench_walks.py --json-out benchmarks/results/walks_float32.json``
 or ``python benchmarks/bench_walks.py --proposals --graphs grid:316x316 traffic --json-out
@@ -76,17 +79,21 @@ def _weighted_graph(spec: str, sigma: float):
 
 
 def measure_proposals(spec: str, p_halt: float, walkers: int, max_length: int, repeats: int,
-                      sigma: float) -> dict[str, Any]:
+                      sigma: float, rows: int | None = None) -> dict[str, Any]:
+    import torch
+
     from gp_couple.couplings import IIDWalkLengthCoupling
     from gp_couple.couplings.proposals import get_proposal
-    from gp_couple.features import _walk_compiled as compiled
+    from gp_couple.features import GraphRandomFeatures, _walk_compiled as compiled
 
     graph = _weighted_graph(spec, sigma)
     starts = np.arange(graph.num_nodes, dtype=np.int64)
-    lengths = np.minimum(IIDWalkLengthCoupling().sample_lengths(graph.num_nodes, walkers, p_halt, seed=1),
+    if rows is not None and rows < starts.size:
+        starts = starts[np.linspace(0, starts.size - 1, rows).round().astype(np.int64)]
+    lengths = np.minimum(IIDWalkLengthCoupling().sample_lengths(starts.size, walkers, p_halt, seed=1),
                          max_length)
     steps = int(lengths.sum())
-    indptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
+    indptr = np.zeros(starts.size + 1, dtype=np.int64)
     np.cumsum(1 + lengths.sum(axis=1), out=indptr[1:])
     outputs = (np.zeros(int(indptr[-1]), dtype=graph.indices.dtype), np.zeros(int(indptr[-1]), dtype=np.uint16),
                np.zeros(int(indptr[-1]), dtype=np.float64))
@@ -101,6 +108,13 @@ def measure_proposals(spec: str, p_halt: float, walkers: int, max_length: int, r
 
             run()  # compile / load from the numba cache, touch the outputs
             variants[f"{proposal}_{directions}"] = run
+    for directions in ("independent", "repelling"):
+        def build(directions=directions) -> None:
+            GraphRandomFeatures.sample(graph, walkers, p_halt, seed=1, max_length=max_length, start_nodes=starts,
+                                       dtype=torch.float32, proposal="weighted", directions=directions)
+
+        build()
+        variants[f"build_{directions}"] = build
     best = {name: math.inf for name in variants}
     for _ in range(repeats):
         # Alternating the variants spreads the machine's load drift over all of them.
@@ -111,15 +125,19 @@ def measure_proposals(spec: str, p_halt: float, walkers: int, max_length: int, r
     weights = graph.weights
     result: dict[str, Any] = {
         "graph": spec, "nodes": graph.num_nodes, "edges": graph.num_edges, "p_halt": p_halt,
-        "walkers": walkers, "max_length": max_length, "walk_steps": steps,
+        "walkers": walkers, "max_length": max_length, "start_nodes": int(starts.size), "walk_steps": steps,
         "weights": "San Jose traffic" if spec == "traffic" else f"lognormal(0, {sigma:g})",
         "weight_range": [float(weights.min()), float(weights.max())]}
+    builds = {name: best.pop(name) for name in list(best) if name.startswith("build_")}
     for name, seconds in best.items():
         result[f"{name}_steps_per_s"] = steps / seconds
     baseline = result["uniform_independent_steps_per_s"]
     for name in best:
         if name != "uniform_independent":
             result[f"{name}_vs_uniform"] = result[f"{name}_steps_per_s"] / baseline
+    for name, seconds in builds.items():
+        result[f"{name}_s"] = seconds
+    result["build_repelling_vs_independent_s"] = builds["build_repelling"] / builds["build_independent"]
     return result
 
 
@@ -285,6 +303,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="measure neighbour proposals and repelling walks on weighted graphs instead")
     parser.add_argument("--weight-sigma", type=float, default=1.0,
                         help="log-normal sigma of the edge weights given to procedural graphs (--proposals)")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="start nodes, evenly spaced (--proposals; default: every node)")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args(argv)
     rows = []
@@ -293,7 +313,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             max_length = args.max_length or default_max_length(p_halt)
             if args.proposals:
                 row = run_in_subprocess(__file__, measure_proposals, spec, p_halt, args.walkers, max_length,
-                                        args.repeats, args.weight_sigma)
+                                        args.repeats, args.weight_sigma, args.rows)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
                 continue

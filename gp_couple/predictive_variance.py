@@ -82,8 +82,8 @@ from .sparse_factor import SparseFactor, factor_bytes_bound, factor_cost
 
 __all__ = ["DENSE_VARIANCE_SIZE", "KRYLOV_MEMORY_FRACTION", "SPARSE_SETUP_WORK", "SPARSE_WORK_COST",
            "VARIANCE_METHODS", "VarianceEstimate",
-           "VarianceToleranceWarning", "posterior_variance", "sparse_factor_ordering", "sparse_form",
-           "sparse_work_budget"]
+           "VarianceToleranceWarning", "posterior_variance", "sparse_factor_candidate", "sparse_factor_ordering",
+           "sparse_form", "sparse_work_budget"]
 
 #: Largest training set whose variances ``"auto"`` computes by a float64 factor: dense Cholesky,
 #: or a sparse factor where it costs less (:func:`sparse_factor_ordering`).
@@ -214,6 +214,22 @@ def sparse_work_budget(size: int, num_solves: int) -> float:
     """
     reference = min(int(size), DENSE_VARIANCE_SIZE)
     return reference ** 3 / 3 + num_solves * reference ** 2 - SPARSE_SETUP_WORK
+
+
+def sparse_factor_candidate(operator: object, num_solves: int) -> sp.csr_matrix | None:
+    """The sparse form of a square operator whose sparse factor might beat a dense one, before any ordering.
+
+    ``None`` where :func:`sparse_work_budget` leaves no room for a sparse factor, or where the
+    form (:func:`sparse_form`) would hold more than a quarter of the dense entries; otherwise the
+    form, for :func:`sparse_factor_ordering` to cost.
+
+    :param operator: An unbatched square operator (a training covariance or a Gram).
+    :param num_solves: Solves the factor would be for.
+    """
+    size = operator.shape[-1]
+    if sparse_work_budget(size, num_solves) <= 0:
+        return None
+    return sparse_form(operator, max_entries=size * size // 4)
 
 
 def sparse_factor_ordering(matrix: sp.csr_matrix, num_solves: int) -> np.ndarray | None:
@@ -395,8 +411,7 @@ def posterior_variance(train_covariance: LinearOperator | Tensor, cross: LinearO
     if method == "auto" and (size <= DENSE_VARIANCE_SIZE or not noise_floor > 0):
         method, first = "dense", entries[0]
         # The cross-covariance is assembled only where the training side's sparse factor pays.
-        train = (None if sparse_work_budget(size, cross.shape[-2]) <= 0 else
-                 sparse_form(train_covariance[first] if first else train_covariance, size * size // 4))
+        train = sparse_factor_candidate(train_covariance[first] if first else train_covariance, cross.shape[-2])
         order = None if train is None else sparse_factor_ordering(train, cross.shape[-2])
         cross_matrix = None if order is None else sparse_form(cross[first] if first else cross)
         if cross_matrix is not None:

@@ -103,6 +103,17 @@ def _write_row_walks(indptr, indices, ratios, node_scales, cumulative, choice_de
 
 
 @njit(inline="always", cache=True)
+def _reversed_bits(value, bits):  # pragma: no cover - compiled
+    """The lowest ``bits`` bits of ``value`` (below 2**32) in reverse order (five swaps, no loop)."""
+    value = ((value >> 1) & 0x55555555) | ((value & 0x55555555) << 1)
+    value = ((value >> 2) & 0x33333333) | ((value & 0x33333333) << 2)
+    value = ((value >> 4) & 0x0F0F0F0F) | ((value & 0x0F0F0F0F) << 4)
+    value = ((value >> 8) & 0x00FF00FF) | ((value & 0x00FF00FF) << 8)
+    value = ((value >> 16) & 0xFFFF) | ((value & 0xFFFF) << 16)
+    return value >> (32 - bits)
+
+
+@njit(inline="always", cache=True)
 def _next_spread_slot(counter, bits, size):  # pragma: no cover - compiled
     """Next slot of the bit-reversal permutation of ``0..size-1`` and the advanced counter.
 
@@ -113,12 +124,8 @@ def _next_spread_slot(counter, bits, size):  # pragma: no cover - compiled
     length ``2**b`` is spread evenly (van der Corput order).
     """
     while True:
-        value = counter
+        reversed_value = _reversed_bits(counter, bits)
         counter += 1
-        reversed_value = 0
-        for _ in range(bits):
-            reversed_value = (reversed_value << 1) | (value & 1)
-            value >>= 1
         if reversed_value < size:
             return reversed_value, counter
 
@@ -161,17 +168,18 @@ def _repelling_row(indptr, indices, ratios, node_scales, cumulative, choice_degr
     At step ``t`` the active walkers on node ``v`` form a group of size ``k``; the group
     draws one uniform ``U`` from the stream keyed by ``(start, t, v)`` and its ``j``-th
     walker (walkers ordered by decreasing length) moves with ``frac(U + s_k(j) / k)``,
-    where :func:`_spread_slots` gives ``s_k``, a permutation of ``0..k-1`` whose prefixes
+    where :func:`_next_spread_slot` enumerates ``s_k``, a permutation of ``0..k-1`` whose prefixes
     are spread over the circle. Consecutive ranks must not get consecutive slots: the
     longest walkers, which carry the long-range terms of the features, would then take
     the same neighbour at every node they share and move as one block, so the variance
     of those terms would stop falling with the number of walkers.
     Entries land where :func:`_write_row_walks` puts them (each walker's moves
     contiguous, walkers in order). With ``write_entries`` false nothing is written and
-    ``walkers[0]`` ends as the endpoints. ``table_node`` must be all -1 on entry (it is
-    left so).
+    ``walkers[4]`` ends as the endpoints, by walker. ``table_node`` must be all -1 on entry
+    (it is left so). The walkers' state (node, load, next entry) is kept in ``order``'s order,
+    so the loops over the active walkers (a prefix of it) read it contiguously.
     """
-    current, cursor, order, group, rank, group_size, used, group_bits, group_counter = (
+    current, cursor, order, group, by_walker, group_size, used, group_bits, group_counter = (
         walkers[0], walkers[1], walkers[2], walkers[3], walkers[4], walkers[5], walkers[6],
         walkers[7], walkers[8])
     num_walkers = row_lengths.size
@@ -183,9 +191,7 @@ def _repelling_row(indptr, indices, ratios, node_scales, cumulative, choice_degr
         position += 1
     longest = 0
     for k in range(num_walkers):
-        current[k] = start
-        load[k] = inv_walkers
-        cursor[k] = position
+        by_walker[k] = position
         position += row_lengths[k]
         longest = max(longest, row_lengths[k])
     # Walkers by decreasing length, equal lengths in walker order (a stable counting
@@ -199,6 +205,10 @@ def _repelling_row(indptr, indices, ratios, node_scales, cumulative, choice_degr
         bucket = longest - row_lengths[k]
         order[first[bucket]] = k
         first[bucket] += 1
+    for i in range(num_walkers):
+        current[i] = start
+        load[i] = inv_walkers
+        cursor[i] = by_walker[order[i]]
     row_key = stream_start(seed_u, np.uint64(start))
     mask = table_node.size - 1
     active = num_walkers
@@ -211,51 +221,58 @@ def _repelling_row(indptr, indices, ratios, node_scales, cumulative, choice_degr
             break
         groups = 0
         for i in range(active):
-            node = current[order[i]]
+            node = current[i]
             slot = np.int64((np.uint64(node) * _HASH) >> np.uint64(40)) & mask
-            while table_node[slot] != node and table_node[slot] != -1:
+            while True:
+                stored = table_node[slot]
+                if stored == node:
+                    g = table_group[slot]
+                    break
+                if stored == -1:
+                    table_node[slot] = node
+                    table_group[slot] = groups
+                    used[groups] = slot
+                    group_size[groups] = 0
+                    # One draw per group: the first draw of stream (t * N + node) of the row's key,
+                    # keyed like stream_start but with a single mix (this runs once per group).
+                    _, uniform = next_unit(row_key ^ ((np.uint64(t) * num_nodes + np.uint64(node)) * _HASH))
+                    group_uniform[groups] = uniform
+                    g = groups
+                    groups += 1
+                    break
                 slot = (slot + 1) & mask
-            if table_node[slot] == -1:
-                table_node[slot] = node
-                table_group[slot] = groups
-                used[groups] = slot
-                group_size[groups] = 0
-                # One draw per group: the first draw of stream (t * N + node) of the row's key,
-                # keyed like stream_start but with a single mix (this runs once per group).
-                _, uniform = next_unit(row_key ^ ((np.uint64(t) * num_nodes + np.uint64(node)) * _HASH))
-                group_uniform[groups] = uniform
-                groups += 1
-            g = table_group[slot]
             group[i] = g
-            rank[i] = group_size[g]
             group_size[g] += 1
         for g in range(groups):
             table_node[used[g]] = -1
-            group_spacing[g] = 1.0 / group_size[g]
+            size = group_size[g]
+            group_spacing[g] = 1.0 / size
             bits = 0
-            while (1 << bits) < group_size[g]:
+            while (1 << bits) < size:
                 bits += 1
             group_bits[g] = bits
             group_counter[g] = 0
         # Walkers reach their group's slots in rank order, so one counter per group
         # enumerates s_k(0), s_k(1), ... (see _next_spread_slot).
         for i in range(active):
-            k = order[i]
             g = group[i]
             slot, group_counter[g] = _next_spread_slot(group_counter[g], group_bits[g], group_size[g])
             u = group_uniform[g] + slot * group_spacing[g]
             u -= np.float64(u >= 1.0)  # frac(U + j/k); a branch here would be mispredicted often
-            node = current[k]
+            node = current[i]
             edge = _choose_edge(indptr, cumulative, choice_degrees, node, u)
             # frac(U + j/k) can round to just below 1, where u * deg may round up to deg.
             edge = min(edge, indptr[node + 1] - 1)
-            load[k] *= _edge_ratio(indptr, indices, ratios, node_scales, node, edge) * inv_keep
-            current[k] = indices[edge]
+            load[i] *= _edge_ratio(indptr, indices, ratios, node_scales, node, edge) * inv_keep
+            current[i] = indices[edge]
             if write_entries:
-                columns[cursor[k]] = current[k]
-                steps[cursor[k]] = t
-                weights[cursor[k]] = load[k]
-                cursor[k] += 1
+                columns[cursor[i]] = current[i]
+                steps[cursor[i]] = t
+                weights[cursor[i]] = load[i]
+                cursor[i] += 1
+    if not write_entries:
+        for i in range(num_walkers):
+            by_walker[order[i]] = current[i]
     return position
 
 
@@ -308,7 +325,7 @@ def walk_endpoints(indptr, indices, ratios, node_scales, cumulative, choice_degr
                            scratch[0][thread], scratch[1][thread], scratch[2][thread],
                            scratch[3][thread], scratch[4][thread], scratch[5][thread])
             for k in range(num_walkers):
-                out_endpoints[r, k] = scratch[0][thread, 0, k]
+                out_endpoints[r, k] = scratch[0][thread, 4, k]
             continue
         base = np.uint64(start) * np.uint64(num_walkers)
         for k in range(num_walkers):
@@ -347,6 +364,9 @@ def gather_ceiling(indptr, indices, degrees, starts, lengths, seed, out_sink):  
 _PACKED_ROW_LIMIT = 1 << 16
 #: Rows up to this length are sorted by insertion (short walks, e.g. p_halt = 0.5).
 _INSERTION_SORT_LIMIT = 32
+#: Fewest slots of :func:`_coalesce_hashed`'s table in use; a row starts with at least an eighth of its raw
+#: entries (walks revisit the same pairs), and the table doubles while more than half full.
+_INITIAL_TABLE = 64
 #: An empty slot of :func:`_coalesce_hashed`'s table (no (column, step) pair packs to it).
 _EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -403,10 +423,9 @@ def _coalesce_row(columns, steps, weights, lo, hi, scratch):  # pragma: no cover
     n = hi - lo
     if n == 0:
         return 0, 0
-    keys, sums, used, table_keys, table_slots = scratch
+    keys, sums, used, table_keys = scratch
     if n > _INSERTION_SORT_LIMIT:
-        entries, distinct = _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_keys,
-                                             table_slots)
+        entries, distinct = _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_keys)
         if entries >= 0:
             return entries, distinct
         return _coalesce_long_row(columns, steps, weights, lo, hi)
@@ -427,40 +446,75 @@ def _coalesce_row(columns, steps, weights, lo, hi, scratch):  # pragma: no cover
 
 
 @njit(inline="always", cache=True)
-def _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_keys,
-                     table_slots):  # pragma: no cover - compiled
+def _log2(size):  # pragma: no cover - compiled
+    """The base-2 logarithm of a power of two."""
+    bits = 0
+    while (1 << bits) < size:
+        bits += 1
+    return bits
+
+
+@njit(cache=True)
+def _rehashed(table_keys, keys, used, distinct, size):  # pragma: no cover - compiled
+    """Move the ``distinct`` keys of :func:`_coalesce_hashed`'s table into its first ``size`` slots; return ``size``."""
+    for j in range(distinct):
+        table_keys[used[j]] = _EMPTY
+    mask = size - 1
+    shift = np.uint64(64 - _log2(size))
+    for j in range(distinct):
+        pair = keys[j] >> np.uint64(16)
+        slot = np.int64((pair * _HASH) >> shift)
+        while table_keys[slot] != _EMPTY:
+            slot = (slot + 1) & mask
+        table_keys[slot] = keys[j]
+        used[j] = slot
+    return size
+
+
+@njit(inline="always", cache=True)
+def _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_keys):  # pragma: no cover - compiled
     """:func:`_coalesce_row` for longer rows: sum equal (column, step) pairs in an open-addressing table.
 
-    The table (``table_keys`` all :data:`_EMPTY` on entry, and left so) has at least
-    twice as many slots as ``keys`` holds distinct pairs. The distinct pairs, packed as
-    column (32 bits) | step (16) | their index (16), are then sorted and written out.
-    Returns ``(-1, -1)``, with the row untouched, when it has more distinct pairs than
+    Each distinct pair is packed as column (32 bits) | step (16) | its index (16), the same
+    key in ``keys`` (which are then sorted and written out) and in the table, so a lookup
+    reads one word (node indices stay below :math:`2^{32} - 1`, so no pair packs to
+    :data:`_EMPTY`). The table (``table_keys`` all :data:`_EMPTY` on entry, and left so)
+    has at least twice as many slots as ``keys`` holds distinct pairs; the part in use
+    (:func:`_rehashed`) starts small enough to stay in cache and doubles while more than half
+    full. Returns ``(-1, -1)``, with the row untouched, when it has more distinct pairs than
     ``keys`` holds.
     """
-    mask = table_keys.size - 1
-    shift = np.uint64(64)
-    size = table_keys.size
-    while size > 1:
-        size >>= 1
-        shift -= np.uint64(1)
+    # A power-of-two prefix of table_keys, at most half full: walks revisit few pairs.
+    size = _INITIAL_TABLE
+    while size < table_keys.size and 8 * size < n:
+        size *= 2
+    size = min(size, table_keys.size)
+    mask = size - 1
+    shift = np.uint64(64 - _log2(size))
     distinct = 0
     for i in range(n):
         pair = (np.uint64(columns[lo + i]) << np.uint64(16)) | np.uint64(steps[lo + i])
         slot = np.int64((pair * _HASH) >> shift)
         while True:
             stored = table_keys[slot]
-            if stored == pair:
-                sums[table_slots[slot]] += weights[lo + i]
+            if stored >> np.uint64(16) == pair:
+                sums[np.int64(stored & np.uint64(0xFFFF))] += weights[lo + i]
                 break
             if stored == _EMPTY:
                 if distinct == keys.size:
                     for j in range(distinct):
                         table_keys[used[j]] = _EMPTY
                     return -1, -1
-                table_keys[slot] = pair
-                table_slots[slot] = distinct
+                if 2 * (distinct + 1) > size and size < table_keys.size:
+                    size = _rehashed(table_keys, keys, used, distinct, 2 * size)
+                    mask = size - 1
+                    shift = np.uint64(64 - _log2(size))
+                    slot = np.int64((pair * _HASH) >> shift)
+                    continue
+                key = (pair << np.uint64(16)) | np.uint64(distinct)
+                table_keys[slot] = key
                 used[distinct] = slot
-                keys[distinct] = (pair << np.uint64(16)) | np.uint64(distinct)
+                keys[distinct] = key
                 sums[distinct] = weights[lo + i]
                 distinct += 1
                 break
@@ -494,7 +548,7 @@ def _coalesce_long_row(columns, steps, weights, lo, hi):  # pragma: no cover - c
 
 @njit(cache=True)
 def _thread_scratch(indptr, threads):  # pragma: no cover - compiled
-    """Per-thread scratch of :func:`_coalesce_row`: packed keys, sums, used slots and the hash table."""
+    """Per-thread scratch of :func:`_coalesce_row`: packed keys, sums, used slots and the hash table of packed keys."""
     longest = 1
     for r in range(indptr.size - 1):
         longest = max(longest, min(indptr[r + 1] - indptr[r], _PACKED_ROW_LIMIT))
@@ -502,8 +556,7 @@ def _thread_scratch(indptr, threads):  # pragma: no cover - compiled
     while table < 2 * longest:
         table *= 2
     return (np.empty((threads, longest), dtype=np.uint64), np.empty((threads, longest), dtype=np.float64),
-            np.empty((threads, longest), dtype=np.int64), np.full((threads, table), _EMPTY, dtype=np.uint64),
-            np.empty((threads, table), dtype=np.int64))
+            np.empty((threads, longest), dtype=np.int64), np.full((threads, table), _EMPTY, dtype=np.uint64))
 
 
 @njit(parallel=True, cache=True)
@@ -514,7 +567,7 @@ def coalesce_rows(indptr, columns, steps, weights, entry_counts, distinct_counts
         thread = numba.get_thread_id()
         entries, distinct = _coalesce_row(columns, steps, weights, indptr[r], indptr[r + 1],
                                           (scratch[0][thread], scratch[1][thread], scratch[2][thread],
-                                           scratch[3][thread], scratch[4][thread]))
+                                           scratch[3][thread]))
         entry_counts[r] = entries
         distinct_counts[r] = distinct
 
@@ -533,8 +586,7 @@ def walk_and_coalesce_rows(indptr, indices, ratios, node_scales, cumulative, cho
         thread = numba.get_thread_id()
         entries, distinct = _coalesce_row(columns, steps, weights, raw_indptr[r], raw_indptr[r + 1],
                                           (coalesce_scratch[0][thread], coalesce_scratch[1][thread],
-                                           coalesce_scratch[2][thread], coalesce_scratch[3][thread],
-                                           coalesce_scratch[4][thread]))
+                                           coalesce_scratch[2][thread], coalesce_scratch[3][thread]))
         entry_counts[r] = entries
         distinct_counts[r] = distinct
 

@@ -76,9 +76,9 @@ from ..operators import GRFGramLinearOperator, SparseFeatureLinearOperator
 from ..predictive_variance import (
     DENSE_VARIANCE_SIZE,
     posterior_variance,
+    sparse_factor_candidate,
     sparse_factor_ordering,
     sparse_form,
-    sparse_work_budget,
 )
 from ..sparse_factor import SparseFactor
 from ..sparse_pattern import CSRPattern
@@ -761,8 +761,7 @@ class GRFKernel(GraphNodeKernel):
             other = GRFGramLinearOperator(SparseFeatureLinearOperator(pair.steps.values(modulation),
                                                                       pattern=pair.pattern))
             own = GRFGramLinearOperator(self.feature_operator(nodes, name="x1"))
-            own_sparse = (None if sparse_work_budget(size, EXPANSION_ITERATIONS) <= 0 else
-                          sparse_form(own, max_entries=size * size // 4))
+            own_sparse = sparse_factor_candidate(own, EXPANSION_ITERATIONS)
             if own_sparse is not None:
                 covariance = own_sparse * scale + sp.diags(evaluation.noise.double().cpu().numpy())
                 order = sparse_factor_ordering(covariance, EXPANSION_ITERATIONS)

@@ -194,22 +194,29 @@ def test_rows_longer_than_the_packed_key_limit_coalesce_correctly() -> None:
                                raw.feature_matrix(f.numpy()).toarray(), rtol=1e-10)
 
 
-@pytest.mark.parametrize("directions, walkers, start_nodes", [
+@pytest.mark.parametrize("directions, walkers, start_nodes, side, p_halt", [
     # 64 walkers at p_halt 0.1 give rows of hundreds of entries: the hash-table path.
-    ("independent", 64, None), ("repelling", 64, None),
+    ("independent", 64, None, 10, 0.1), ("repelling", 64, None, 10, 0.1),
     # 8,192 walkers give rows of about 90,000 raw entries (more than a packed index holds)
     # but a few thousand distinct (column, step) pairs: still the hash table.
-    ("repelling", 8192, [0, 55]),
+    ("repelling", 8192, [0, 55], 10, 0.1),
+    # Long walks on a large grid revisit few pairs: the table in use doubles several times
+    # from an eighth of the row's entries.
+    ("independent", 64, [0, 1_275], 50, 0.01), ("repelling", 64, [0, 1_275], 50, 0.01),
 ])
-def test_long_rows_coalesce_like_a_sorted_reference(directions: str, walkers: int, start_nodes: list | None) -> None:
-    graph = grid_graph(10, 10)
-    raw = sample_walks(graph, walkers, 0.1, AntitheticWalkLengthCoupling(), seed=7, directions=directions,
+def test_long_rows_coalesce_like_a_sorted_reference(directions: str, walkers: int, start_nodes: list | None,
+                                                     side: int, p_halt: float) -> None:
+    graph = grid_graph(side, side)
+    raw = sample_walks(graph, walkers, p_halt, AntitheticWalkLengthCoupling(), seed=7, directions=directions,
                        start_nodes=start_nodes)
     assert np.diff(raw.indptr).min() > 32
     if walkers > 64:
         assert np.diff(raw.indptr).min() > 1 << 16
     features = GraphRandomFeatures.from_walk_steps(raw, dtype=torch.float64)
-    assert_same(features, GraphRandomFeatures.sample(graph, walkers, 0.1, AntitheticWalkLengthCoupling(), seed=7,
+    if p_halt < 0.1:  # more than a quarter of each row's entries are distinct pairs
+        distinct = np.diff(features.slot_pointer.numpy()[features.row_pointer.numpy()])
+        assert distinct.min() > np.diff(raw.indptr).max() / 4
+    assert_same(features, GraphRandomFeatures.sample(graph, walkers, p_halt, AntitheticWalkLengthCoupling(), seed=7,
                                                      directions=directions, dtype=torch.float64,
                                                      start_nodes=start_nodes))
     rows, slots = features.row_pointer.numpy(), features.slot_pointer.numpy()
