@@ -477,12 +477,12 @@ def _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_key
 
     Each distinct pair is packed as column (32 bits) | step (16) | its index (16), the same
     key in ``keys`` (which are then sorted and written out) and in the table, so a lookup
-    reads one word (node indices stay below :math:`2^{32} - 1`, so no pair packs to
-    :data:`_EMPTY`). The table (``table_keys`` all :data:`_EMPTY` on entry, and left so)
-    has at least twice as many slots as ``keys`` holds distinct pairs; the part in use
-    (:func:`_rehashed`) starts small enough to stay in cache and doubles while more than half
-    full. Returns ``(-1, -1)``, with the row untouched, when it has more distinct pairs than
-    ``keys`` holds.
+    reads one word (node indices are below :math:`2^{32} - 1`,
+    :data:`~gp_couple.features.walks.MAX_WALK_NODES`, so no pair packs to :data:`_EMPTY`).
+    The table (``table_keys`` all :data:`_EMPTY` on entry, and left so) has at least twice
+    as many slots as ``keys`` holds distinct pairs; the part in use (:func:`_rehashed`)
+    starts small enough to stay in cache and doubles while more than half full. Returns
+    ``(-1, -1)``, with the row untouched, when it has more distinct pairs than ``keys`` holds.
     """
     # A power-of-two prefix of table_keys, at most half full: walks revisit few pairs.
     size = _INITIAL_TABLE

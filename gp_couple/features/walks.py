@@ -59,13 +59,16 @@ from . import _walk_compiled as compiled
 __all__ = ["WalkSteps", "sample_walks", "sample_walk_lengths", "walk_with_lengths",
            "sample_walk_endpoints", "walk_endpoints_with_lengths", "validated_lengths",
            "expected_walk_bytes", "expected_walk_entries", "BYTES_PER_WALK_LENGTH", "LENGTH_BLOCK",
-           "LENGTH_DTYPE", "MAX_WALK_LENGTH"]
+           "LENGTH_DTYPE", "MAX_WALK_LENGTH", "MAX_WALK_NODES"]
 
 #: Walk lengths are drawn for blocks of this many consecutive node ids (see
 #: :func:`sample_walk_lengths`): a node's walks never depend on the other nodes sampled with it.
 LENGTH_BLOCK = 64
 #: Steps are stored as uint16; longer walks need an explicit ``max_length``.
 MAX_WALK_LENGTH = np.iinfo(np.uint16).max
+#: Most nodes of a graph the sampler walks on: coalescing packs a node index in 32 bits
+#: (with its step and slot in one 64-bit key), and one packed value marks an empty slot.
+MAX_WALK_NODES = 2**32 - 2
 #: The dtype of every table of walk lengths the sampler holds: walks are at most
 #: :data:`MAX_WALK_LENGTH` steps, so a length takes two bytes.
 LENGTH_DTYPE = np.dtype(np.uint16)
@@ -295,6 +298,9 @@ def _walk(graph: Graph, walked: np.ndarray, p: float, seed: SeedLike, starts: np
 def _check_graph(graph: Any) -> None:
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a gp_couple.Graph, got {type(graph).__name__}")
+    if graph.num_nodes > MAX_WALK_NODES:
+        raise ValueError(f"the walk sampler handles graphs of at most {MAX_WALK_NODES} nodes (MAX_WALK_NODES: "
+                         f"its coalesced entries pack a node index in 32 bits); this graph has {graph.num_nodes}")
 
 
 def _draw_lengths(graph: Graph, num_walkers: int, p_halt: float,

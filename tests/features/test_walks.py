@@ -235,6 +235,18 @@ class TestErrors:
         with pytest.raises(ValueError, match="modulation"):
             sample_walks(self.graph, 2, 0.5, seed=0, max_length=3).feature_matrix(np.ones(1))
 
+    def test_graphs_beyond_the_packed_node_index_are_refused(self) -> None:
+        from gp_couple.features.walks import MAX_WALK_NODES
+        from gp_couple.graphs import grid_graph
+
+        huge = grid_graph(3, 3)  # a graph of its own (graphs are immutable, and copies share them)
+        huge._num_nodes = MAX_WALK_NODES + 1  # stands in for a graph too large to build here
+        for draw in (lambda: sample_walks(huge, 2, 0.5, start_nodes=[0]),
+                     lambda: sample_walk_endpoints(huge, 2, 0.5, start_nodes=[0]),
+                     lambda: GraphRandomFeatures.sample(huge, 2, 0.5, start_nodes=[0])):
+            with pytest.raises(ValueError, match="MAX_WALK_NODES"):
+                draw()
+
     def test_walks_that_cannot_fit_in_memory_are_refused_before_sampling(self) -> None:
         # 9 rows x 10^12 walkers: lengths alone would need 72 TB; refused with the estimate.
         with pytest.raises(ValueError, match=r"needs about .* GiB for the walk lengths, more than"):
