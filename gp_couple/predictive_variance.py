@@ -225,6 +225,7 @@ def sparse_factor_candidate(operator: object, num_solves: int) -> sp.csr_matrix 
 
     :param operator: An unbatched square operator (a training covariance or a Gram).
     :param num_solves: Solves the factor would be for.
+    :return: The float64 SciPy CSR form, or ``None``.
     """
     size = operator.shape[-1]
     if sparse_work_budget(size, num_solves) <= 0:

@@ -364,9 +364,11 @@ def gather_ceiling(indptr, indices, degrees, starts, lengths, seed, out_sink):  
 _PACKED_ROW_LIMIT = 1 << 16
 #: Rows up to this length are sorted by insertion (short walks, e.g. p_halt = 0.5).
 _INSERTION_SORT_LIMIT = 32
-#: Fewest slots of :func:`_coalesce_hashed`'s table in use; a row starts with at least an eighth of its raw
-#: entries (walks revisit the same pairs), and the table doubles while more than half full.
-_INITIAL_TABLE = 64
+#: The base-2 logarithm of the fewest slots of :func:`_coalesce_hashed`'s table in use (64; rows that reach it
+#: have more than :data:`_INSERTION_SORT_LIMIT` entries, so the whole table has at least 128). A row starts
+#: with at least an eighth of its raw entries (walks revisit the same pairs), and the table doubles while
+#: more than half full.
+_INITIAL_TABLE_BITS = 6
 #: An empty slot of :func:`_coalesce_hashed`'s table (no (column, step) pair packs to it).
 _EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -445,30 +447,17 @@ def _coalesce_row(columns, steps, weights, lo, hi, scratch):  # pragma: no cover
     return _merge_sorted(row_keys, sorted_steps, sums, n, columns, steps, weights, lo)
 
 
-@njit(inline="always", cache=True)
-def _log2(size):  # pragma: no cover - compiled
-    """The base-2 logarithm of a power of two."""
-    bits = 0
-    while (1 << bits) < size:
-        bits += 1
-    return bits
-
-
 @njit(cache=True)
-def _rehashed(table_keys, keys, used, distinct, size):  # pragma: no cover - compiled
-    """Move the ``distinct`` keys of :func:`_coalesce_hashed`'s table into its first ``size`` slots; return ``size``."""
+def _rehash(table_keys, keys, used, distinct, mask, shift):  # pragma: no cover - compiled
+    """Move the ``distinct`` keys of :func:`_coalesce_hashed`'s table into its first ``mask + 1`` slots."""
     for j in range(distinct):
         table_keys[used[j]] = _EMPTY
-    mask = size - 1
-    shift = np.uint64(64 - _log2(size))
     for j in range(distinct):
-        pair = keys[j] >> np.uint64(16)
-        slot = np.int64((pair * _HASH) >> shift)
+        slot = np.int64(((keys[j] >> np.uint64(16)) * _HASH) >> shift)
         while table_keys[slot] != _EMPTY:
             slot = (slot + 1) & mask
         table_keys[slot] = keys[j]
         used[j] = slot
-    return size
 
 
 @njit(inline="always", cache=True)
@@ -480,17 +469,17 @@ def _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_key
     reads one word (node indices are below :math:`2^{32} - 1`,
     :data:`~gp_couple.features.walks.MAX_WALK_NODES`, so no pair packs to :data:`_EMPTY`).
     The table (``table_keys`` all :data:`_EMPTY` on entry, and left so) has at least twice
-    as many slots as ``keys`` holds distinct pairs; the part in use (:func:`_rehashed`)
+    as many slots as ``keys`` holds distinct pairs; the part in use (:func:`_rehash`)
     starts small enough to stay in cache and doubles while more than half full. Returns
     ``(-1, -1)``, with the row untouched, when it has more distinct pairs than ``keys`` holds.
     """
     # A power-of-two prefix of table_keys, at most half full: walks revisit few pairs.
-    size = _INITIAL_TABLE
-    while size < table_keys.size and 8 * size < n:
-        size *= 2
-    size = min(size, table_keys.size)
+    bits = _INITIAL_TABLE_BITS
+    while (1 << bits) < table_keys.size and (8 << bits) < n:
+        bits += 1
+    size = 1 << bits
     mask = size - 1
-    shift = np.uint64(64 - _log2(size))
+    shift = np.uint64(64 - bits)
     distinct = 0
     for i in range(n):
         pair = (np.uint64(columns[lo + i]) << np.uint64(16)) | np.uint64(steps[lo + i])
@@ -506,9 +495,10 @@ def _coalesce_hashed(columns, steps, weights, lo, n, keys, sums, used, table_key
                         table_keys[used[j]] = _EMPTY
                     return -1, -1
                 if 2 * (distinct + 1) > size and size < table_keys.size:
-                    size = _rehashed(table_keys, keys, used, distinct, 2 * size)
+                    size *= 2
                     mask = size - 1
-                    shift = np.uint64(64 - _log2(size))
+                    shift -= np.uint64(1)
+                    _rehash(table_keys, keys, used, distinct, mask, shift)
                     slot = np.int64((pair * _HASH) >> shift)
                     continue
                 key = (pair << np.uint64(16)) | np.uint64(distinct)
