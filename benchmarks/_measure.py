@@ -37,14 +37,31 @@ def peak_increase(baseline: float) -> float:
     return max(memory_gb("VmHWM") - baseline, 0.0)
 
 
-def run_in_subprocess(script: str, function: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
-    """Run ``function(*args)`` of ``script`` in a fresh interpreter; its dict, or ``{"error": ...}``."""
-    completed = subprocess.run([sys.executable, script, "--worker", function.__name__, json.dumps(args)],
-                               capture_output=True, text=True)
-    if completed.returncode:
-        lines = completed.stderr.strip().splitlines()
-        return {"error": lines[-1] if lines else f"exit code {completed.returncode}"}
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+def run_in_subprocess(script: str, function: Callable[..., dict[str, Any]], *args: Any,
+                      stream_stderr: bool = False) -> dict[str, Any]:
+    """Run ``function(*args)`` of ``script`` in a fresh interpreter; its dict, or ``{"error": ...}``.
+
+    With ``stream_stderr`` the worker's standard error is copied to this process's as it
+    arrives (progress lines of long rows, which a run stopped at its budget would otherwise
+    lose); its last line is still the error reported when the worker fails.
+    """
+    command = [sys.executable, script, "--worker", function.__name__, json.dumps(args)]
+    if not stream_stderr:
+        completed = subprocess.run(command, capture_output=True, text=True)
+        returncode, stdout, lines = completed.returncode, completed.stdout, completed.stderr.strip().splitlines()
+    else:
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as worker:
+            lines = []
+            # stdout carries one JSON line: it cannot fill its pipe while stderr is read to its end.
+            for line in worker.stderr:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                if line.strip():
+                    lines.append(line.strip())
+            stdout, returncode = worker.stdout.read(), worker.wait()
+    if returncode:
+        return {"error": lines[-1] if lines else f"exit code {returncode}"}
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def dispatch_worker(argv: list[str], namespace: dict[str, Any]) -> bool:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import pickle
 import platform
@@ -50,6 +51,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _measure import dispatch_worker, emit_report, peak_increase, reset_peak, run_in_subprocess  # noqa: E402
 from bench_graph_gp import problem  # noqa: E402
 from bench_random_features import _data, _model, _trainer  # noqa: E402
+
+_LOG = logging.getLogger("bench_device")
 
 #: ``--smoke``: a 10^4-node grid and tiny sizes, to check on a CPU that every row runs.
 SMOKE = {"graph": "grid:100x100", "observed": [200, 1000], "test": 2000, "iterations": 3,
@@ -107,8 +110,12 @@ def grf_row(spec: str, observed: int, test: int, walkers: int, p_halt: float, it
     from gp_couple import Diffusion, GraphGP, GRFKernel, fit_gp, grf_gp_settings, predict
     from gp_couple.evaluation import nlpd, rmse
 
+    # The row's stages and the library's progress lines, streamed by the parent: a row stopped
+    # at the run's budget still shows where its time went.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     device = torch.device(device_name)
     graph, signal, noisy = _cached_problem(spec, seed, cache_dir)
+    _LOG.info("grf row, %d observed on %s: problem of %d nodes ready", observed, device_name, graph.num_nodes)
     chosen = np.random.default_rng(seed + 1).choice(graph.num_nodes, observed + test, replace=False)
     train, test_nodes = np.sort(chosen[:observed]), np.sort(chosen[observed:])
     baseline = _start_memory(device)
@@ -123,16 +130,20 @@ def grf_row(spec: str, observed: int, test: int, walkers: int, p_halt: float, it
     model = GraphGP(train, torch.as_tensor(noisy[train], dtype=torch.float32), likelihood, kernel)
     _synchronize(device)
     setup = time.perf_counter() - start
+    _LOG.info("setup (walks of %d rows, %d stored entries, moved to %s) %.1f s", features.num_rows, features.nnz,
+              device_name, setup)
     with grf_gp_settings():
         start = time.perf_counter()
         # --iterations 0: prediction alone, at the initial hyperparameters.
         losses = fit_gp(model, likelihood, iterations=iterations, lr=0.05, seed=seed) if iterations else [None]
         _synchronize(device)
         training = time.perf_counter() - start
+        _LOG.info("training (%d Adam steps) %.1f s", iterations, training)
         start = time.perf_counter()
         mean, variance = predict(model, likelihood, test_nodes, seed=seed)
         _synchronize(device)
         prediction = time.perf_counter() - start
+        _LOG.info("prediction at %d nodes %.1f s", test_nodes.size, prediction)
     mean, variance = mean.double().cpu().numpy(), variance.double().cpu().numpy()
     row = {"nodes": graph.num_nodes, "feature_rows": features.num_rows, "feature_nnz": features.nnz,
            "feature_matrix_bytes": matrix_bytes, "walk_buffers_bytes": features.nbytes(),
@@ -224,7 +235,7 @@ def _run(part: str, device: str, config: dict[str, Any], cache_dir: str) -> dict
     if part == "grf":
         return run_in_subprocess(__file__, grf_row, config["graph"], config["observed"], config["test"],
                                  config["walkers"], config["p_halt"], config["iterations"], device, config["seed"],
-                                 cache_dir)
+                                 cache_dir, stream_stderr=True)
     return run_in_subprocess(__file__, rff_row, config["model"], config["num_points"], config["dim"],
                              config["num_features"], config["steps"], device, config["seed"])
 
