@@ -290,6 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # use are no faster on an idle machine and several times slower, burning CPU, on cores
     # shared with other work (benchmarks/RESULTS.md, "Thread pools under CPU contention").
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # torch's CPU allocator backs tensors of 2 MB or more with transparent huge pages (Linux;
+    # read at the process's first tensor, so set here, before any). Every evaluation of the
+    # dense likelihood allocates its n x n covariance, factor and gradients afresh, and
+    # faulting those in 4 kB pages was a large part of a training run's time
+    # (benchmarks/RESULTS.md, "Page faults in training").
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = _command_in(arguments)
     parser = build_parser([command] if command in COMMANDS else [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -28,6 +29,39 @@ def test_top_level_help_imports_no_heavy_module() -> None:
     assert result.stdout.strip().endswith("[]"), result.stdout
     for name in COMMANDS:
         assert name in result.stdout
+
+
+def _transparent_huge_pages_mode() -> str | None:
+    try:
+        modes = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    chosen = re.search(r"\[(\w+)\]", modes)
+    return chosen.group(1) if chosen else None
+
+
+@pytest.mark.skipif(_transparent_huge_pages_mode() != "madvise",
+                    reason="needs Linux transparent huge pages in madvise mode (the mode where a process must ask)")
+@pytest.mark.parametrize("user_value", [None, "0"])
+def test_commands_back_large_tensors_with_huge_pages_unless_the_user_says_otherwise(user_value: str | None) -> None:
+    # main() sets the allocator's switch before torch loads; a 64 MB tensor made afterwards in
+    # the same process is then backed by 2 MB pages (AnonHugePages), and a value the user set
+    # is kept.
+    code = ("import os, re\nfrom gp_couple.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n"
+            "    pass\nimport torch\nx = torch.ones(1 << 24)\n"
+            "rollup = open('/proc/self/smaps_rollup').read()\n"
+            "print(os.environ.get('THP_MEM_ALLOC_ENABLE'), "
+            "int(re.search(r'AnonHugePages:\\s+(\\d+)', rollup).group(1)))")
+    env = {name: value for name, value in os.environ.items() if name != "THP_MEM_ALLOC_ENABLE"}
+    if user_value is not None:
+        env["THP_MEM_ALLOC_ENABLE"] = user_value
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    value, huge_kb = result.stdout.split()[-2:]
+    if user_value is None:
+        assert value == "1" and int(huge_kb) >= 32 * 1024, result.stdout
+    else:
+        assert value == user_value and int(huge_kb) < 32 * 1024, result.stdout
 
 
 def test_command_help_and_argument_errors_import_no_torch() -> None:
