@@ -293,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # torch's CPU allocator backs tensors of 2 MB or more with transparent huge pages (Linux;
     # read at the process's first tensor, so set here, before any). Every evaluation of the
     # dense likelihood allocates its n x n covariance, factor and gradients afresh, and
-    # faulting those in 4 kB pages was a large part of a training run's time
+    # faulting those in 4 kB pages costs several per cent of a training run's CPU time
     # (benchmarks/RESULTS.md, "Page faults in training").
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     arguments = list(sys.argv[1:] if argv is None else argv)
