@@ -56,8 +56,7 @@ def run_in_subprocess(script: str, function: Callable[..., dict[str, Any]], *arg
             for line in worker.stderr:
                 sys.stderr.write(line)
                 sys.stderr.flush()
-                if line.strip():
-                    lines.append(line.strip())
+                lines = [line.strip()] if line.strip() else lines  # only the last one is reported
             stdout, returncode = worker.stdout.read(), worker.wait()
     if returncode:
         return {"error": lines[-1] if lines else f"exit code {returncode}"}
