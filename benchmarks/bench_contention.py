@@ -20,8 +20,9 @@ loaded CPU time over quiet CPU time (spinning burns CPU without progress).
 
 Workloads: ``short`` (default, about 10 s of CPU on a quiet core) samples GRF walks on the
 built-in mesh (numba), trains a GRF-GP for 30 Adam steps with CG/Lanczos (torch) and
-solves a dense 800 x 800 eigenproblem (LAPACK/BLAS); ``demo`` runs ``gp-couple demo``
-with its defaults (minutes); ``lapack`` factorises and inverts a 1,500 x 1,500 SPD
+solves a dense 800 x 800 eigenproblem (LAPACK/BLAS); ``demo`` runs ``python -m gp_couple
+demo`` as a user starts it, with its defaults (``--threads N`` for a thread count N;
+minutes); ``lapack`` factorises and inverts a 1,500 x 1,500 SPD
 matrix ten times through scipy (OpenBLAS's threaded potrf and potri). ``--env`` sets
 environment variables of the workload's interpreter (e.g. ``OPENBLAS_THREAD_TIMEOUT=4``,
 which the ``gp-couple`` commands set), read when its libraries load.
@@ -78,20 +79,18 @@ for _ in range(10):
     scipy.linalg.lapack.dpotri(factor, lower=True)
 """
 
-_DEMO = """
-from gp_couple.cli import main
-status = main(["--quiet", "demo", "--json"])
-assert status == 0, status
-"""
+_WORKLOADS = {"short": _SHORT, "demo": None, "lapack": _LAPACK}
 
 
-_WORKLOADS = {"short": _SHORT, "demo": _DEMO, "lapack": _LAPACK}
-
-
-def _driver(workload: str, threads: int | None) -> str:
-    body = _WORKLOADS[workload]
-    indented = "\n".join("    " + line for line in body.strip().splitlines())
-    return f"from gp_couple.settings import threads\nwith threads({threads!r}):\n{indented}\n"
+def _command(workload: str, threads: int | None) -> list[str]:
+    """The workload's command line: the demo as a user starts it (the CLI sets up its process
+    before torch loads, and bounds its pools with ``--threads``), the others in a driver
+    inside :func:`gp_couple.settings.threads`."""
+    if workload == "demo":
+        return [sys.executable, "-m", "gp_couple", "--quiet", "demo", "--json",
+                *([] if threads is None else ["--threads", str(threads)])]
+    indented = "\n".join("    " + line for line in _WORKLOADS[workload].strip().splitlines())
+    return [sys.executable, "-c", f"from gp_couple.settings import threads\nwith threads({threads!r}):\n{indented}\n"]
 
 
 def _start_busy(stop: str, bound: float) -> subprocess.Popen:
@@ -107,7 +106,7 @@ def measure(workload: str, threads: int | None, competitors: int, bound: float,
         others = [_start_busy(stop, bound) for _ in range(competitors)]
         time.sleep(0.5)  # let the load settle before the workload starts
         start = time.perf_counter()
-        process = subprocess.Popen([sys.executable, "-c", _driver(workload, threads)],
+        process = subprocess.Popen(_command(workload, threads),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                    env={**os.environ, **(environment or {})})
         stderr = process.stderr.read() if process.stderr else ""

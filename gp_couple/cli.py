@@ -281,9 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         error, 130 when interrupted.
     """
     # The commands are programs of their own, so they may set up their process: idle
-    # OpenMP workers (torch's and numba's) sleep instead of spinning, which on a machine
-    # busy with other work multiplies the CPU time a run burns. GNU OpenMP reads this when
-    # torch loads, which is after parsing; a value the user set is kept.
+    # OpenMP workers (torch's, MKL's and numba's) spin only briefly, then sleep. Spinning
+    # for milliseconds (GNU OpenMP's default) multiplies the CPU time a run burns on a
+    # machine busy with other work; sleeping at once costs a futex wake-up per parallel
+    # region, a fifth of the main job's time on an idle machine. 1,000 spins (tens of
+    # microseconds) keep both costs small (benchmarks/RESULTS.md, "OpenMP workers that spin
+    # briefly"). GNU OpenMP reads these when torch loads, which is after parsing; a wait
+    # policy or spin count the user set is kept.
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = "1000"
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # OpenBLAS (numpy's and scipy's BLAS and LAPACK; torch has its own) on one thread, read
     # when numpy loads: its threaded factorisations (potrf, potri) at the sizes the commands

@@ -64,6 +64,46 @@ def test_commands_back_large_tensors_with_huge_pages_unless_the_user_says_otherw
         assert value == user_value and int(huge_kb) < 32 * 1024, result.stdout
 
 
+def _gnu_openmp_torch() -> bool:
+    """Whether torch's intra-op threads are GNU OpenMP's (Linux wheels): GOMP_SPINCOUNT applies."""
+    import torch
+
+    return sys.platform.startswith("linux") and "OpenMP" in torch.__config__.parallel_info()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs for a two-thread pool")
+@pytest.mark.skipif(not _gnu_openmp_torch(), reason="torch's thread pool is not GNU OpenMP's")
+@pytest.mark.parametrize("user_policy", [None, "PASSIVE"])
+def test_commands_let_openmp_workers_spin_briefly_unless_the_user_sets_a_policy(user_policy: str | None) -> None:
+    # After main() sets up the process, batches of 1,000 back-to-back parallel regions of a
+    # two-thread pool. A worker that sleeps at once (the user's PASSIVE policy, which is
+    # kept) sleeps after every region, so every batch costs at least 1,000 voluntary context
+    # switches. A worker that spins briefly finds the next region before it sleeps, unless
+    # other processes took its CPU: the quietest batch (of 10, for a loaded test machine)
+    # shows it.
+    code = ("import os\nfrom gp_couple.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n"
+            "    pass\nimport torch\ntorch.set_num_threads(2)\nx = torch.ones(1 << 18)\n"
+            "def switches():\n    return sum(int(line.split()[1]) for task in os.listdir('/proc/self/task')\n"
+            "               for line in open(f'/proc/self/task/{task}/status')\n"
+            "               if line.startswith('voluntary_ctxt_switches'))\n"
+            "for _ in range(200):\n    x.add_(1.0)\ncounts = []\nfor _ in range(10):\n"
+            "    before = switches()\n    for _ in range(1000):\n        x.add_(1.0)\n"
+            "    counts.append(switches() - before)\n"
+            "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'), min(counts))")
+    env = {name: value for name, value in os.environ.items() if name not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    if user_policy is not None:
+        env["OMP_WAIT_POLICY"] = user_policy
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    policy, spin_count, quietest = result.stdout.split()[-3:]
+    assert policy == "PASSIVE", result.stdout[-200:]
+    if user_policy is None:
+        assert spin_count == "1000" and int(quietest) < 500, result.stdout[-200:]
+    else:
+        assert spin_count == "None" and int(quietest) >= 1000, result.stdout[-200:]
+
+
 def test_command_help_and_argument_errors_import_no_torch() -> None:
     # python -X importtime lists every module the interpreter imported, on stderr.
     result = subprocess.run([sys.executable, "-X", "importtime", "-m", "gp_couple", "demo", "--help"],
