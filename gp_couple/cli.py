@@ -273,8 +273,41 @@ def _configure_logging(args: argparse.Namespace) -> None:
     logger.setLevel(level)
 
 
+def _reuse_freed_memory() -> None:
+    """Have glibc's ``malloc`` serve every block from its heap and keep freed memory for reuse.
+
+    glibc serves blocks above 32 MB (less before its threshold adapts) by ``mmap`` and
+    unmaps them when they are freed, so a block of that size made again, as every
+    evaluation of a dense likelihood makes its n x n matrices and every draw of walks its
+    buffers, is faulted in and zeroed by the kernel page by page, every time. With
+    ``mmap`` off (``M_MMAP_MAX`` 0) and the heap trimmed only above 2 GB free at its top
+    (``M_TRIM_THRESHOLD``), freed blocks are reused instead; the process keeps its peak
+    memory until it exits (benchmarks/RESULTS.md, "Freed memory reused"). Only for the
+    ``gp-couple`` process itself, on glibc, and not where the user tuned ``malloc``
+    (``MALLOC_MMAP_MAX_``, ``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES``).
+    """
+    tuned = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+    if any(name in os.environ for name in tuned):
+        return
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return
+    except (AttributeError, ValueError, OSError):  # not glibc
+        return
+    import ctypes
+
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    trim_threshold, mmap_max = -1, -4  # <malloc.h>'s M_TRIM_THRESHOLD and M_MMAP_MAX
+    mallopt(trim_threshold, 2 ** 31 - 1)
+    mallopt(mmap_max, 0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``gp-couple`` and ``python -m gp_couple``.
+
+    Run as the program (``argv`` not given), it also sets up the process's memory
+    allocator (freed blocks reused, not returned to the system).
 
     :param argv: Arguments (default ``sys.argv[1:]``).
     :return: The exit status: 0 on success, 2 for bad input or files, 1 for any other
@@ -302,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # faulting those in 4 kB pages costs several per cent of a training run's CPU time
     # (benchmarks/RESULTS.md, "Page faults in training").
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    if argv is None:
+        _reuse_freed_memory()
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = _command_in(arguments)
     parser = build_parser([command] if command in COMMANDS else [])
