@@ -284,7 +284,8 @@ def _reuse_freed_memory() -> None:
     (``M_TRIM_THRESHOLD``), freed blocks are reused instead; the process keeps its peak
     memory until it exits (benchmarks/RESULTS.md, "Freed memory reused"). Only for the
     ``gp-couple`` process itself, on glibc, and not where the user tuned ``malloc``
-    (``MALLOC_MMAP_MAX_``, ``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES``).
+    (``MALLOC_MMAP_MAX_``, ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_`` or
+    ``GLIBC_TUNABLES`` set).
     """
     tuned = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
     if any(name in os.environ for name in tuned):
@@ -317,8 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # OpenMP workers (torch's, MKL's and numba's) spin only briefly, then sleep. Spinning
     # for milliseconds (GNU OpenMP's default) multiplies the CPU time a run burns on a
     # machine busy with other work; sleeping at once costs a futex wake-up per parallel
-    # region, a fifth of the main job's time on an idle machine. 1,000 spins (tens of
-    # microseconds) keep both costs small (benchmarks/RESULTS.md, "OpenMP workers that spin
+    # region, a large share of the main job's time on an idle machine. 1,000 spins (tens
+    # of microseconds) keep both costs small (benchmarks/RESULTS.md, "OpenMP workers that spin
     # briefly"). GNU OpenMP reads these when torch loads, which is after parsing; a wait
     # policy or spin count the user set is kept.
     if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
