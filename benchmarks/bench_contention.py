@@ -24,8 +24,8 @@ solves a dense 800 x 800 eigenproblem (LAPACK/BLAS); ``demo`` runs ``python -m g
 demo`` as a user starts it, with its defaults (``--threads N`` for a thread count N;
 minutes); ``lapack`` factorises and inverts a 1,500 x 1,500 SPD
 matrix ten times through scipy (OpenBLAS's threaded potrf and potri). ``--env`` sets
-environment variables of the workload's interpreter (e.g. ``OPENBLAS_THREAD_TIMEOUT=4``,
-which the ``gp-couple`` commands set), read when its libraries load.
+environment variables of the workload's interpreter (e.g. ``OPENBLAS_THREAD_TIMEOUT=4``, or
+``GOMP_SPINCOUNT=10000`` in place of the commands' own setting), read when its libraries load.
 """
 
 from __future__ import annotations
