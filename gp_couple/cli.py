@@ -273,6 +273,10 @@ def _configure_logging(args: argparse.Namespace) -> None:
     logger.setLevel(level)
 
 
+#: Environment variables by which a user tunes glibc's malloc; any of them set, the commands leave it alone.
+_MALLOC_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+
+
 def _reuse_freed_memory() -> None:
     """Have glibc's ``malloc`` serve every block from its heap and keep freed memory for reuse.
 
@@ -284,11 +288,9 @@ def _reuse_freed_memory() -> None:
     (``M_TRIM_THRESHOLD``), freed blocks are reused instead; the process keeps its peak
     memory until it exits (benchmarks/RESULTS.md, "Freed memory reused"). Only for the
     ``gp-couple`` process itself, on glibc, and not where the user tuned ``malloc``
-    (``MALLOC_MMAP_MAX_``, ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_`` or
-    ``GLIBC_TUNABLES`` set).
+    (any of ``_MALLOC_VARIABLES`` set).
     """
-    tuned = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
-    if any(name in os.environ for name in tuned):
+    if any(name in os.environ for name in _MALLOC_VARIABLES):
         return
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gp_couple import settings
-from gp_couple.cli import COMMANDS, as_typed, build_parser, error_line, main
+from gp_couple.cli import _MALLOC_VARIABLES, COMMANDS, as_typed, build_parser, error_line, main
 
 
 def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
@@ -40,6 +40,20 @@ def _transparent_huge_pages_mode() -> str | None:
     return chosen.group(1) if chosen else None
 
 
+def _after_main(body: str, *, unset: tuple[str, ...], user: dict[str, str] | None = None,
+                as_program: bool = False) -> list[str]:
+    """Words of what ``body`` prints in a fresh interpreter once ``gp_couple.cli.main`` has set up
+    the process for ``--help``, run as the program (no argv) or called with arguments, with
+    the environment variables ``unset`` removed and ``user``'s set."""
+    call = "sys.argv = ['gp-couple', '--help']\n    main()" if as_program else "main(['--help'])"
+    code = f"import os, sys\nfrom gp_couple.cli import main\ntry:\n    {call}\nexcept SystemExit:\n    pass\n{body}"
+    env = {name: value for name, value in os.environ.items() if name not in unset}
+    env.update(user or {})
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.split()
+
+
 @pytest.mark.skipif(_transparent_huge_pages_mode() != "madvise",
                     reason="needs Linux transparent huge pages in madvise mode (the mode where a process must ask)")
 @pytest.mark.parametrize("user_value", [None, "0"])
@@ -47,21 +61,16 @@ def test_commands_back_large_tensors_with_huge_pages_unless_the_user_says_otherw
     # main() sets the allocator's switch before torch loads; a 64 MB tensor made afterwards in
     # the same process is then backed by 2 MB pages (AnonHugePages), and a value the user set
     # is kept.
-    code = ("import os, re\nfrom gp_couple.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n"
-            "    pass\nimport torch\nx = torch.ones(1 << 24)\n"
-            "rollup = open('/proc/self/smaps_rollup').read()\n"
+    body = ("import re, torch\nx = torch.ones(1 << 24)\nrollup = open('/proc/self/smaps_rollup').read()\n"
             "print(os.environ.get('THP_MEM_ALLOC_ENABLE'), "
             "int(re.search(r'AnonHugePages:\\s+(\\d+)', rollup).group(1)))")
-    env = {name: value for name, value in os.environ.items() if name != "THP_MEM_ALLOC_ENABLE"}
-    if user_value is not None:
-        env["THP_MEM_ALLOC_ENABLE"] = user_value
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert result.returncode == 0, result.stderr[-2000:]
-    value, huge_kb = result.stdout.split()[-2:]
+    words = _after_main(body, unset=("THP_MEM_ALLOC_ENABLE",),
+                        user=None if user_value is None else {"THP_MEM_ALLOC_ENABLE": user_value})
+    value, huge_kb = words[-2:]
     if user_value is None:
-        assert value == "1" and int(huge_kb) >= 32 * 1024, result.stdout
+        assert value == "1" and int(huge_kb) >= 32 * 1024, words[-2:]
     else:
-        assert value == user_value and int(huge_kb) < 32 * 1024, result.stdout
+        assert value == user_value and int(huge_kb) < 32 * 1024, words[-2:]
 
 
 def _gnu_openmp_torch() -> bool:
@@ -85,8 +94,7 @@ def test_commands_let_openmp_workers_spin_briefly_unless_the_user_sets_a_policy(
     # it stops at the first quiet one) shows it. Where other work keeps every CPU busy
     # throughout (the commands then run on one thread: settings.threads_for_load), no batch
     # is quiet and the check skips.
-    code = ("import os\nfrom gp_couple.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n"
-            "    pass\nimport torch\ntorch.set_num_threads(2)\nx = torch.ones(1 << 18)\n"
+    body = ("import torch\ntorch.set_num_threads(2)\nx = torch.ones(1 << 18)\n"
             "def switches():\n    return sum(int(line.split()[1]) for task in os.listdir('/proc/self/task')\n"
             "               for line in open(f'/proc/self/task/{task}/status')\n"
             "               if line.startswith('voluntary_ctxt_switches'))\n"
@@ -96,20 +104,17 @@ def test_commands_let_openmp_workers_spin_briefly_unless_the_user_sets_a_policy(
             "from gp_couple.settings import threads_for_load\n"
             "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'), min(counts), "
             "threads_for_load())")
-    env = {name: value for name, value in os.environ.items() if name not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    if user_policy is not None:
-        env["OMP_WAIT_POLICY"] = user_policy
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert result.returncode == 0, result.stderr[-2000:]
-    policy, spin_count, quietest, busy_threads = result.stdout.split()[-4:]
-    assert policy == "PASSIVE", result.stdout[-200:]
+    words = _after_main(body, unset=("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"),
+                        user=None if user_policy is None else {"OMP_WAIT_POLICY": user_policy})
+    policy, spin_count, quietest, busy_threads = words[-4:]
+    assert policy == "PASSIVE", words[-4:]
     if user_policy is None:
-        assert spin_count == "1000", result.stdout[-200:]
+        assert spin_count == "1000", words[-4:]
         if int(quietest) >= 150 and busy_threads == "1":
             pytest.skip("other work kept every CPU busy: no parallel region could follow another undisturbed")
-        assert int(quietest) < 150, result.stdout[-200:]
+        assert int(quietest) < 150, words[-4:]
     else:
-        assert spin_count == "None" and int(quietest) >= 300, result.stdout[-200:]
+        assert spin_count == "None" and int(quietest) >= 300, words[-4:]
 
 
 def _glibc() -> bool:
@@ -130,23 +135,18 @@ def test_the_command_process_reuses_freed_memory_unless_the_user_tuned_malloc(as
     # default), or with main() called with arguments in a caller's process, malloc is left
     # alone: each block is a fresh mapping that faults in at least 32 pages (of 2 MB; more
     # of 4 kB).
-    call = "sys.argv = ['gp-couple', '--help']\n    main()" if as_program else "main(['--help'])"
-    code = (f"import resource, sys\nfrom gp_couple.cli import main\ntry:\n    {call}\nexcept SystemExit:\n"
-            "    pass\nimport torch\nfor _ in range(30):\n    torch.ones(1 << 24)\n"
+    body = ("import resource, torch\nfor _ in range(30):\n    torch.ones(1 << 24)\n"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
             "for _ in range(10):\n    torch.ones(1 << 24)\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)")
-    env = {name: value for name, value in os.environ.items()
-           if name not in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")}
-    if user_setting is not None:
-        env["MALLOC_MMAP_MAX_"] = user_setting
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert result.returncode == 0, result.stderr[-2000:]
-    faults = int(result.stdout.split()[-1])
+    words = _after_main(body, as_program=as_program,
+                        unset=_MALLOC_VARIABLES,
+                        user=None if user_setting is None else {"MALLOC_MMAP_MAX_": user_setting})
+    faults = int(words[-1])
     if as_program and user_setting is None:
-        assert faults < 32, result.stdout[-200:]
+        assert faults < 32, faults
     else:
-        assert faults >= 10 * 32, result.stdout[-200:]
+        assert faults >= 10 * 32, faults
 
 
 def test_command_help_and_argument_errors_import_no_torch() -> None:
