@@ -218,7 +218,8 @@ def measure(spec: str, p_halt: float, walkers: int, max_length: int, fgg_nodes: 
     tables = get_proposal("uniform").tables(graph)
     sample = best_of(lambda: compiled.walk_rows(graph.indptr, graph.indices, tables.ratios, tables.node_scales,
                                                tables.cumulative, tables.choice_degrees, starts, lengths, 7,
-                                               1.0 / (1.0 - p_halt), 1.0 / walkers, False, indptr, *outputs))
+                                               1.0 / (1.0 - p_halt), 1.0 / walkers, False, indptr, *outputs,
+                                               compiled.pool_size()))
     sample_api = best_of(lambda: walk_with_lengths(graph, lengths, p_halt, seed=7))
     result.update(ceiling_s=ceiling, sample_s=sample, sample_vs_ceiling=ceiling / sample,
                   sample_steps_per_s=steps / sample, ceiling_steps_per_s=steps / ceiling,
