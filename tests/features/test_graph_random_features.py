@@ -194,23 +194,23 @@ def test_rows_longer_than_the_packed_key_limit_coalesce_correctly() -> None:
                                raw.feature_matrix(f.numpy()).toarray(), rtol=1e-10)
 
 
-@pytest.mark.parametrize("directions, walkers, start_nodes, side, p_halt", [
+@pytest.mark.parametrize("directions, walkers, start_nodes, side, p_halt, scrambled", [
     # 64 walkers at p_halt 0.1 give rows of hundreds of entries: the hash-table path.
-    ("independent", 64, None, 10, 0.1), ("repelling", 64, None, 10, 0.1),
+    ("independent", 64, None, 10, 0.1, False), ("repelling", 64, None, 10, 0.1, False),
     # 8,192 walkers give rows of about 90,000 raw entries (more than a packed index holds)
     # but a few thousand distinct (column, step) pairs: still the hash table.
-    ("repelling", 8192, [0, 55], 10, 0.1),
+    ("repelling", 8192, [0, 55], 10, 0.1, False),
     # Long walks on a large grid revisit few pairs: the table in use doubles several times
     # from an eighth of the row's entries.
-    ("independent", 64, [0, 1_275], 50, 0.01), ("repelling", 64, [0, 1_275], 50, 0.01),
+    ("independent", 64, [0, 1_275], 50, 0.01, False), ("repelling", 64, [0, 1_275], 50, 0.01, False),
     # Node labels scrambled over 90,000 nodes: each row's columns span most of the labels, so
     # the radix sort of its distinct pairs takes three passes (two on a grid's local labels).
-    ("independent", 64, [0, 45_150], -300, 0.01), ("repelling", 64, [7], -300, 0.02),
+    ("independent", 64, [0, 45_150], 300, 0.01, True), ("repelling", 64, [7], 300, 0.02, True),
 ])
 def test_long_rows_coalesce_like_a_sorted_reference(directions: str, walkers: int, start_nodes: list | None,
-                                                     side: int, p_halt: float) -> None:
-    graph = grid_graph(abs(side), abs(side))
-    if side < 0:
+                                                     side: int, p_halt: float, scrambled: bool) -> None:
+    graph = grid_graph(side, side)
+    if scrambled:
         labels = np.random.default_rng(0).permutation(graph.num_nodes)
         graph = Graph.from_scipy(graph.adjacency[labels][:, labels])
     raw = sample_walks(graph, walkers, p_halt, AntitheticWalkLengthCoupling(), seed=7, directions=directions,
