@@ -277,6 +277,14 @@ def _configure_logging(args: argparse.Namespace) -> None:
 _MALLOC_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
 
 
+def _on_glibc() -> bool:
+    """Whether this process's C library is glibc (whose ``mallopt`` :func:`_reuse_freed_memory` calls)."""
+    try:
+        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (AttributeError, ValueError, OSError):  # no confstr, or not a name this C library knows
+        return False
+
+
 def _reuse_freed_memory() -> None:
     """Have glibc's ``malloc`` serve every block from its heap and keep freed memory for reuse.
 
@@ -290,12 +298,7 @@ def _reuse_freed_memory() -> None:
     ``gp-couple`` process itself, on glibc, and not where the user tuned ``malloc``
     (any of ``_MALLOC_VARIABLES`` set).
     """
-    if any(name in os.environ for name in _MALLOC_VARIABLES):
-        return
-    try:
-        if not os.confstr("CS_GNU_LIBC_VERSION"):
-            return
-    except (AttributeError, ValueError, OSError):  # not glibc
+    if any(name in os.environ for name in _MALLOC_VARIABLES) or not _on_glibc():
         return
     import ctypes
 

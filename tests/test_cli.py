@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gp_couple import settings
-from gp_couple.cli import _MALLOC_VARIABLES, COMMANDS, as_typed, build_parser, error_line, main
+from gp_couple.cli import _MALLOC_VARIABLES, COMMANDS, _on_glibc, as_typed, build_parser, error_line, main
 
 
 def subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
@@ -117,14 +117,7 @@ def test_commands_let_openmp_workers_spin_briefly_unless_the_user_sets_a_policy(
         assert spin_count == "None" and int(quietest) >= 300, words[-4:]
 
 
-def _glibc() -> bool:
-    try:
-        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
-    except (AttributeError, ValueError, OSError):
-        return False
-
-
-@pytest.mark.skipif(not _glibc(), reason="the allocator setting is glibc's")
+@pytest.mark.skipif(not _on_glibc(), reason="the allocator setting is glibc's")
 @pytest.mark.parametrize(("as_program", "user_setting"), [(True, None), (True, "65536"), (False, None)])
 def test_the_command_process_reuses_freed_memory_unless_the_user_tuned_malloc(as_program: bool,
                                                                                user_setting: str | None) -> None:
