@@ -4,9 +4,10 @@ Parts (``--parts``):
 
 * ``grf``: a ``--grid`` graph (default 1000 x 1000 = 10^6 nodes), ``--observed`` nodes
   (default 10^4) of a smooth field plus noise. :func:`gp_couple.sharded_gp.fit_sharded_grf_gp`
-  trains (at most ``--iterations`` L-BFGS iterations), σ-coupled prediction walkers are drawn
-  (``--predict-walkers``; default: chosen for a relative Gram error of 0.01, the recommended
-  configuration), and :class:`gp_couple.streaming.StreamedPredictor` writes the mean and
+  trains on its first walks, without the walk schedule (``schedule=None``: the distributed
+  products are what is measured; at most ``--iterations`` L-BFGS iterations), σ-coupled
+  prediction walkers are drawn (``--predict-walkers``; default: chosen for a relative Gram
+  error of 0.01, the recommended configuration), and :class:`gp_couple.streaming.StreamedPredictor` writes the mean and
   variance of every node to a ``.npy`` file. Reported per process count: wall times of
   each stage, peak RSS of every process (and of each stage, with the RSS at its end; on
   Linux the peak is reset between stages), bytes of one Gram product per CG column, and
@@ -112,7 +113,8 @@ def grf_worker(options: dict[str, Any], out: str) -> None:
     offset, scale = float(targets.mean()), float(targets.std())
     mark = time.perf_counter()
     model, likelihood, history = fit_sharded_grf_gp(graph, observed, (targets - offset) / scale,
-                                                    collective=collective, iterations=options["iterations"], seed=0)
+                                                    collective=collective, iterations=options["iterations"],
+                                                    schedule=None, seed=0)
     timings["train"] = time.perf_counter() - mark
     memory.mark("train")
     kernel = model.covar_module.base_kernel

@@ -260,6 +260,8 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
         if training diverged (the last loss is clearly above the first, e.g. because ``lr``
         is too large), stalled (the loss never changed), or its last phase did not converge
         within ``iterations`` or ended, by SciPy's decision, before the stopping rule held.
+    :warns NoiseFloorWarning: If a GRF kernel's model ends with its learnt noise on the
+        constraint's lower bound (:meth:`~gp_couple.kernels.graph_node.GraphNodeKernel.check_learnt_noise`).
     """
     _check_pair(model, likelihood)
     if callback is not None and not callable(callback):
@@ -323,12 +325,27 @@ def fit_gp(model: gpytorch.models.ExactGP, likelihood: Likelihood, *, iterations
                         kernel.undo_round()
         # One report for the whole run: an earlier phase that ended short is followed by more training.
         check_ending(history, optimizer, iterations, lr, convergence is not None or optimizer == "lbfgs")
+        learnt = _learnt_noise(likelihood)
+        if learnt is not None:
+            for kernel in kernels:
+                kernel.check_learnt_noise(*learnt)
         return history
     finally:
         model.train(was_training)
         for kernel in kernels:
             kernel.finish_training()
             kernel.check_estimator()
+
+
+def _learnt_noise(likelihood: Likelihood) -> tuple[Tensor, float] | None:
+    """The noise variances a Gaussian likelihood learnt and its constraint's lower bound (``None``: not learnt)."""
+    noise_model = getattr(likelihood, "noise_covar", None)
+    raw = getattr(noise_model, "raw_noise", None)
+    constraint = getattr(noise_model, "raw_noise_constraint", None)
+    if not isinstance(raw, torch.nn.Parameter) or not raw.requires_grad or constraint is None:
+        return None
+    floor = float(torch.as_tensor(constraint.lower_bound).max())
+    return noise_model.noise.detach(), floor
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,14 @@ def graph_problem() -> tuple[Any, np.ndarray, np.ndarray]:
     return graph, train, targets
 
 
+def small_schedule() -> Any:
+    """A walk schedule small enough for a test: a training phase on more walkers, a round on the prediction walks."""
+    from gp_couple.kernels.walk_schedule import SHARDED_SCHEDULE
+
+    return replace(SHARDED_SCHEDULE, max_train_walkers=64, phases=2, max_predict_walkers=64, predict_tolerance=0.2,
+                   sigma_fit_samples=10, refits=1)
+
+
 def grf_gp(rank: int, size: int, rendezvous: str, folder: str, chunk_size: int) -> None:
     """Fit a sharded GRF-GP, choose prediction walkers, predict every node (in memory and to a file)."""
     collective = _join(rank, size, rendezvous) if size > 1 else None
@@ -83,13 +92,13 @@ def fit_and_predict_grf(collective: Any, chunk_size: int, path: Path) -> dict[st
 
     graph, train, targets = graph_problem()
     model, likelihood, history = fit_sharded_grf_gp(graph, train, targets, collective=collective, iterations=30,
-                                                    num_walkers=16, seed=3)
+                                                    num_walkers=16, schedule=small_schedule(), seed=3)
     kernel = model.covar_module.base_kernel
-    kernel.resample_for_prediction(num_walkers=None, max_walkers=64, tolerance=0.2, seed=4, sigma_fit_samples=10)
     predictor = StreamedPredictor(model, likelihood, collective=collective, release_kernel_walks=True)
     mean, variance = predictor.predict_all(chunk_size=chunk_size)
     predictor.write(path, chunk_size=chunk_size)
-    return {"losses": np.asarray(history), "gamma": np.asarray(float(kernel.kernel_family.gamma.detach())),
+    return {"losses": np.asarray(history), "phases": np.asarray(history.phases),
+            "gamma": np.asarray(float(kernel.kernel_family.gamma.detach())),
             "outputscale": np.asarray(float(model.covar_module.outputscale.detach())),
             "noise": np.asarray(float(likelihood.noise.detach())), "walkers": np.asarray(kernel.num_walkers),
             "p_halt": np.asarray(kernel.p_halt), "permutation": kernel.coupling.permutation,

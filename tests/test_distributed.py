@@ -41,9 +41,12 @@ def test_processes_fit_and_predict_a_grf_gp_like_one(tmp_path, processes: int,  
     _ran(workers.run_ranks(workers.grf_gp, processes, tmp_path, 17), tmp_path)
     double = np.load(tmp_path / f"grf_{processes}.npz")
     assert len(single["losses"]) > 3 and single["losses"][-1] < single["losses"][0]
+    # The walk schedule ran (a training phase on redrawn walks, a round on the prediction walks) and
+    # every process made the same choices.
+    assert int(single["phases"]) >= 3
     for key in ("losses", "gamma", "outputscale", "noise"):
         _close(double[key], single[key])
-    for key in ("walkers", "p_halt", "permutation"):
+    for key in ("phases", "walkers", "p_halt", "permutation"):
         np.testing.assert_array_equal(double[key], single[key])
     # The predictor reuses the rows each process's kernel holds (its block of the 60 observed nodes).
     assert int(single["reused_rows"]) == 60 and int(double["reused_rows"]) == 60 // processes

@@ -64,6 +64,13 @@ GRAPH_KERNEL_FAMILIES = ("diffusion", "regularised-laplacian", "p-step")
 #: (:class:`gp_couple.experiments.graph_gp.GraphGPProtocol`).
 TRAIN_WALKERS = 8
 TRAIN_LR = 0.05
+#: The recommended GRF-GP's walk schedule, which ``gp-couple predict-graph`` follows: walkers per
+#: node of its first training phase (:data:`gp_couple.kernels.grf_kernel.TRAIN_WALKERS`), most
+#: walkers of later phases and most phases (:data:`gp_couple.kernels.walk_schedule.MAX_TRAIN_WALKERS`,
+#: :data:`~gp_couple.kernels.walk_schedule.MAX_PHASES`).
+RECIPE_TRAIN_WALKERS = 48
+RECIPE_MAX_TRAIN_WALKERS = 1024
+RECIPE_PHASES = 4
 #: The paper's meshes (``gp-couple mesh``).
 PAPER_MESHES = ("teapot", "fuze", "sphere", "idler_riser", "busted", "torus")
 #: Graph kernels of ``gp-couple grf-gram``.
@@ -446,11 +453,18 @@ def _predict_graph(parser: argparse.ArgumentParser) -> Columns:
                         help="where to write the predictions: a float64 .npy array (nodes, 2) of means and "
                              "variances, row v for node v")
     parser.add_argument("--iterations", type=non_negative_int, default=200,
-                        help="most L-BFGS iterations of the hyperparameter training (stops on convergence)")
-    parser.add_argument("--train-walkers", type=walkers_int, default=48, help="training walkers per node (even)")
+                        help="most L-BFGS iterations of each training phase (stops on convergence)")
+    parser.add_argument("--train-walkers", type=walkers_int, default=RECIPE_TRAIN_WALKERS,
+                        help="training walkers per node of the first phase (even)")
+    parser.add_argument("--max-train-walkers", type=walkers_int, default=RECIPE_MAX_TRAIN_WALKERS,
+                        help="most training walkers per node in later phases, which add walkers while the "
+                             "estimated relative Gram error at the learnt hyperparameters exceeds 0.03")
+    parser.add_argument("--phases", type=positive_int, default=RECIPE_PHASES,
+                        help="most training phases on walks redrawn for the learnt range (1: train on the first "
+                             "walks only)")
     parser.add_argument("--predict-walkers", type=walkers_int, default=None,
                         help="prediction walkers per node (even; default: as many as a relative Gram error "
-                             "of 0.01 needs, at most --max-predict-walkers)")
+                             "of 0.01 needs, at most --max-predict-walkers); training ends with rounds on them")
     parser.add_argument("--max-predict-walkers", type=walkers_int, default=1024,
                         help="most prediction walkers per node when choosing them")
     parser.add_argument("--chunk-size", type=positive_int, default=4096,

@@ -3,10 +3,11 @@ r"""``gp-couple predict-graph``: a GRF-GP on your graph and your node values, pr
 The graph is an edge-list CSV (or any graph spec of :func:`gp_couple.datasets.graph_specs.resolve_graph`);
 the observations a CSV with a header line, one column of node indices and one of values.
 The values are standardised, a GRF-GP is trained on them to convergence with its observed
-nodes sharded across the processes (:func:`gp_couple.sharded_gp.fit_sharded_grf_gp`),
-σ-coupled prediction walkers are drawn at the learnt hyperparameters, and the mean and
-variance of every node are written to ``--output`` chunk by chunk
-(:class:`gp_couple.streaming.StreamedPredictor`), in the original units.
+nodes sharded across the processes (:func:`gp_couple.sharded_gp.fit_sharded_grf_gp`): its
+walks follow the learnt range, phase by phase, and training ends on σ-coupled prediction
+walkers drawn for the learnt hyperparameters. The mean and variance of every node are then
+written to ``--output`` chunk by chunk (:class:`gp_couple.streaming.StreamedPredictor`), in
+the original units.
 
 Run it as it is on one process, or under ``torchrun --nproc-per-node N -m gp_couple
 predict-graph ...`` (also multi-node): every process reads the graph and the observations,
@@ -20,6 +21,7 @@ import argparse
 import logging
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,7 @@ from .._nodes import node_index_array
 from ..datasets.graph_specs import resolve_graph
 from ..datasets.uci import load_regression
 from ..distributed import finalise, initialise
+from ..kernels.walk_schedule import SHARDED_SCHEDULE
 from ..sharded_gp import fit_sharded_grf_gp
 from ..streaming import StreamedPredictor
 
@@ -64,12 +67,14 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     offset, scale = float(np.mean(values)), float(np.std(values))
     log = _LOG.info if collective.rank == 0 else _LOG.debug
     log("training on %d observed nodes of %d (%d processes)", nodes.size, graph.num_nodes, collective.size)
+    schedule = replace(SHARDED_SCHEDULE, max_train_walkers=args.max_train_walkers,
+                       phases=args.phases, predict_walkers=args.predict_walkers,
+                       max_predict_walkers=args.max_predict_walkers)
     model, likelihood, history = fit_sharded_grf_gp(graph, nodes, (values - offset) / scale,
                                                     collective=collective, num_walkers=args.train_walkers,
-                                                    iterations=args.iterations, seed=args.seed)
+                                                    iterations=args.iterations, schedule=schedule, seed=args.seed)
     trained = time.perf_counter()
     kernel = model.covar_module.base_kernel
-    kernel.resample_for_prediction(args.predict_walkers, max_walkers=args.max_predict_walkers, seed=args.seed)
     log("predicting %d nodes with %d sigma-coupled walkers per node at p_halt %.3g", graph.num_nodes,
               kernel.num_walkers, kernel.p_halt)
     # The model is only predicted from: the kernel's walks are freed once the predictor has read them.
@@ -80,7 +85,8 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     if collective.rank != 0:
         return None
     rows = [("nodes", graph.num_nodes), ("observed nodes", int(nodes.size)), ("processes", collective.size),
-            ("training iterations", len(history)), ("converged", bool(history.converged)),
+            ("training iterations", len(history)), ("training phases", history.phases),
+            ("converged", bool(history.converged)),
             ("negative log marginal likelihood per node", float(history[-1]) if len(history) else math.nan),
             ("outputscale", float(model.covar_module.outputscale.detach()) * scale ** 2),
             ("noise variance", float(likelihood.noise.detach()) * scale ** 2),

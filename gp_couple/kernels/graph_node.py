@@ -158,6 +158,17 @@ class GraphNodeKernel(Kernel):
         :func:`gp_couple.models.predict`; randomised kernels override it.
         """
 
+    def check_learnt_noise(self, noise: Tensor, floor: float) -> None:
+        """Warn if a learnt observation noise at its lower bound suggests the estimate's error stands in for it.
+
+        Called by :func:`gp_couple.models.fit_gp` when training ends, for a likelihood whose
+        noise is learnt and bounded below; exact kernels never warn (there a noise at its bound
+        is the data's), randomised kernels override it.
+
+        :param noise: The learnt noise variances.
+        :param floor: The lower bound of the noise's constraint.
+        """
+
     def dense_solves_pay(self, nodes: Tensor) -> bool:
         """Whether a dense Cholesky factor of the training covariance on ``nodes`` costs less than CG/Lanczos.
 

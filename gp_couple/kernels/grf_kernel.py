@@ -90,6 +90,7 @@ from .walk_schedule import (
     EXPANSION_ITERATIONS,
     HELD_OUT_ROWS,
     MAX_PREDICT_WALKERS,
+    NOISE_FLOOR_FACTOR,
     PREDICT_ERROR_WARNING_FACTOR,
     PREDICT_GRAM_TOLERANCE,
     SIGMA_FIT_SAMPLES,
@@ -97,6 +98,7 @@ from .walk_schedule import (
     BiasCorrectionWarning,
     GramToleranceWarning,
     LikelihoodEvaluation,
+    NoiseFloorWarning,
     WalkSchedule,
     hyperparameter_change,
     sparse_whitened_norm,
@@ -273,6 +275,38 @@ class GRFKernel(GraphNodeKernel):
         """
         if not self._halting_warned:
             self._halting_warned = warn_if_inflated(self.kernel_family, self.p_halt, "GRFKernel")
+
+    def check_learnt_noise(self, noise: Tensor, floor: float) -> None:
+        r"""Warn where training ended with the observation noise on its lower bound.
+
+        The diagonal :math:`\|\phi(v)\|^2` squares one set of walks and is biased upwards,
+        and the estimate's error acts as extra, node-dependent noise. Where it exceeds the
+        observation noise, the likelihood puts the learnt noise on its bound (within
+        :data:`~gp_couple.kernels.walk_schedule.NOISE_FLOOR_FACTOR` of it) and pays with a
+        shorter range; the predictive variances of noisy observations, made with other walks,
+        are then too small.
+
+        :param noise: The learnt noise variances.
+        :param floor: The lower bound of the noise's constraint.
+        :warns NoiseFloorWarning: If every noise variance is within the factor of ``floor``.
+        """
+        if floor > 0 and float(noise.detach().max()) <= NOISE_FLOOR_FACTOR * floor:
+            schedule = self.schedule
+            if schedule is None:
+                remedy = ("Draw more walkers per node or use a lower p_halt (a WalkSchedule adds them as the learnt "
+                          "range needs; schedule=None keeps the first walks)")
+            else:
+                predict = ("predict_walkers" if schedule.predict_walkers is not None else "max_predict_walkers",
+                           schedule.predict_walkers or schedule.max_predict_walkers)
+                remedy = (f"Raise the WalkSchedule's max_train_walkers ({schedule.max_train_walkers}) and "
+                          f"{predict[0]} ({predict[1]})")
+            exact = (", or fit an exact kernel (MatrixFreeGraphKernel) to the same data to see the noise they support"
+                     if self.num_nodes <= EXACT_KERNEL_NODES else "")
+            warnings.warn(f"training ended with the likelihood's noise on its lower bound {floor:g}: the GRF "
+                          f"estimate's error, which acts as extra noise, may be standing in for the observation noise "
+                          f"({self.num_walkers} walkers per node at p_halt {self.p_halt:.3g}), and the predictive "
+                          f"variances of noisy observations may be too small. {remedy}{exact}",
+                          NoiseFloorWarning, stacklevel=3)
 
     def dense_solves_pay(self, nodes: Tensor) -> bool:
         r"""Whether a dense Cholesky factor of the training covariance on ``nodes`` costs less than CG/Lanczos.

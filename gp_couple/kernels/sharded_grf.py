@@ -27,8 +27,9 @@ from ..graphs import Graph
 from ..operators.sharded_gram import ShardedGramLinearOperator, SharedColumns
 from ..sparse_pattern import CSRPattern
 from .grf_kernel import GRFKernel, dense_factor_pays
+from .walk_schedule import SHARDED_SCHEDULE, WalkSchedule
 
-__all__ = ["ShardedGRFKernel"]
+__all__ = ["ShardedGRFKernel", "check_sharded_schedule"]
 
 
 class ShardedGRFKernel(GRFKernel):
@@ -41,23 +42,36 @@ class ShardedGRFKernel(GRFKernel):
     that is only predicted from can then :meth:`release_walks` (the predictor's
     ``release_kernel_walks``), freeing its rows while the training side is built.
 
+    Training follows ``schedule`` (:mod:`gp_couple.kernels.walk_schedule`), as a
+    :class:`~gp_couple.kernels.grf_kernel.GRFKernel` does, on every process alike: the
+    training phases redraw each process's block with the walk configuration the learnt range
+    needs, and when training ends the :math:`\sigma`-coupled prediction walkers are drawn and
+    trained on while that moves the range. The choices are the same on every process: the
+    hyperparameters are, and the error estimates behind them sample the same subsets of all
+    the training nodes. Those rounds train on the plain likelihood: its bias correction needs
+    a dense factor of the whole training covariance on one process. The checks that need the
+    kernel's rows outside the training set (the error the prediction walks add to the
+    predictive mean) are not made: the kernel has no such rows.
+
     :param graph: The graph (every process loads it).
     :param train_nodes: All training nodes, sorted and distinct (the same on every process).
     :param collective: The processes (default: the default process group, or this process alone).
+    :param schedule: How training redraws the walks (default
+        :data:`~gp_couple.kernels.walk_schedule.SHARDED_SCHEDULE`; ``None`` keeps them as drawn).
     :param kwargs: Walk configuration and hyperparameters, as for :class:`~gp_couple.kernels.grf_kernel.GRFKernel`
-        (``num_walkers``, ``p_halt``, ``coupling``, ``kernel_family``, ``seed``, ...; not ``nodes``,
-        ``batch_shape`` or ``schedule``: the walks stay as drawn).
+        (``num_walkers``, ``p_halt``, ``coupling``, ``kernel_family``, ``seed``, ...; not ``nodes``
+        or ``batch_shape``).
     :raises ValueError: If ``train_nodes`` is not sorted and distinct, has fewer nodes than
-        processes, or differs between processes.
+        processes, or differs between processes, or ``schedule`` asks for the bias correction.
     """
 
     def __init__(self, graph: Graph, train_nodes: Any, *, collective: Collective | None = None,
-                 **kwargs: Any) -> None:
-        reasons = {"nodes": "its rows are its block of train_nodes", "batch_shape": "it has no hyperparameter batches",
-                   "schedule": "its walks stay as drawn"}
+                 schedule: WalkSchedule | None = SHARDED_SCHEDULE, **kwargs: Any) -> None:
+        reasons = {"nodes": "its rows are its block of train_nodes", "batch_shape": "it has no hyperparameter batches"}
         for name, reason in reasons.items():
             if name in kwargs:
                 raise TypeError(f"ShardedGRFKernel takes no {name!r}: {reason}")
+        check_sharded_schedule(schedule)
         collective = Collective() if collective is None else collective
         train = np.asarray(train_nodes)
         if train.ndim != 1 or not np.issubdtype(train.dtype, np.integer) or train.size == 0:
@@ -67,8 +81,9 @@ class ShardedGRFKernel(GRFKernel):
         if train.size < collective.size:
             raise ValueError(f"{train.size} training nodes cannot be shared by {collective.size} processes")
         collective.check_same("train_nodes", train)
-        # The walks stay as drawn: prediction walks are drawn by gp_couple.streaming chunk by chunk.
-        super().__init__(graph, nodes=train[collective.shard(train.size)], schedule=None, **kwargs)
+        # Each process's rows are its block of the training nodes; gp_couple.streaming samples the
+        # prediction nodes' walks chunk by chunk from the kernel's configuration.
+        super().__init__(graph, nodes=train[collective.shard(train.size)], schedule=schedule, **kwargs)
         self.collective = collective
         self.register_buffer("train_nodes", torch.as_tensor(train, dtype=torch.int64), persistent=False)
 
@@ -98,6 +113,16 @@ class ShardedGRFKernel(GRFKernel):
             nodes = self.train_nodes[self.collective.shard(self.train_nodes.numel())].cpu().numpy()
         super().resample(seed, nodes=nodes, **kwargs)
         return self
+
+    def _check_graph_state(self, state: Any, prefix: str
+                           ) -> tuple[dict[str, Any], int, WalkSchedule | None | str] | None:
+        checked = super()._check_graph_state(state, prefix)
+        if checked is not None and not isinstance(checked[2], str):
+            try:
+                check_sharded_schedule(checked[2])
+            except ValueError as error:
+                raise ValueError(f"{prefix}._extra_state: {error}" if prefix else f"_extra_state: {error}") from error
+        return checked
 
     def _gram_error_candidates(self) -> np.ndarray:
         # All training nodes, so that every process estimates the same error and makes the same choice.
@@ -168,3 +193,17 @@ class ShardedGRFKernel(GRFKernel):
     def hyperparameters_to_reduce(self) -> list[torch.nn.Parameter]:
         """The parameters whose gradients each process computes in part (those of the kernel family)."""
         return list(self.kernel_family.parameters())
+
+
+def check_sharded_schedule(schedule: Any) -> None:
+    """Refuse a schedule a :class:`ShardedGRFKernel` cannot follow (one that asks for the bias correction).
+
+    :raises TypeError: If ``schedule`` is neither a :class:`~gp_couple.kernels.walk_schedule.WalkSchedule` nor ``None``.
+    :raises ValueError: If it asks for the bias correction.
+    """
+    if schedule is not None and not isinstance(schedule, WalkSchedule):
+        raise TypeError(f"schedule must be a WalkSchedule or None, got {type(schedule).__name__}")
+    if schedule is not None and schedule.bias_correction:
+        raise ValueError("a ShardedGRFKernel trains its rounds on the prediction walks on the plain likelihood: the "
+                         "bias correction needs a dense factor of the whole training covariance on one process. Pass "
+                         "a WalkSchedule with bias_correction=False (the default SHARDED_SCHEDULE is one)")

@@ -121,6 +121,16 @@ exceeds :attr:`WalkSchedule.predict_error_tolerance`, the walkers are multiplied
 within :attr:`WalkSchedule.max_predict_walkers` and memory; walks capped there at more than
 :data:`PREDICT_ERROR_WARNING_FACTOR` times the tolerance warn (:class:`GramToleranceWarning`).
 
+**Sharded training.** A :class:`~gp_couple.kernels.sharded_grf.ShardedGRFKernel` (training rows
+spread over processes) follows :data:`SHARDED_SCHEDULE`: steps 1 to 4 on the plain likelihood,
+every process making the same choices. The bias correction needs a dense factor of the whole
+training covariance on one process, and step 5 needs walks from nodes outside the training
+set, which that kernel does not hold.
+
+**The noise on its bound.** Where the estimate's error exceeds the observation noise, the
+likelihood puts the learnt noise on its constraint's lower bound; :func:`gp_couple.models.fit_gp`
+then warns (:class:`NoiseFloorWarning`, :meth:`~gp_couple.kernels.grf_kernel.GRFKernel.check_learnt_noise`).
+
 The cost follows the range the data support: short-range kernels keep their first walks,
 long-range ones get longer walks and more walkers. A kernel built with ``schedule=None``
 keeps the walks it was given (the paper's experiments, which state their own settings).
@@ -144,6 +154,7 @@ if TYPE_CHECKING:
     from ..sparse_factor import SparseFactor
 
 __all__ = ["BIAS_EXPANSION_LIMIT", "BiasCorrectionWarning", "DEFAULT_SCHEDULE", "EXPANSION_ITERATIONS",
+           "NOISE_FLOOR_FACTOR", "NoiseFloorWarning", "SHARDED_SCHEDULE",
            "EXPANSION_TARGET",
            "GramToleranceWarning", "HELD_OUT_ROWS", "LikelihoodEvaluation", "MAX_PHASES", "MAX_PREDICT_WALKERS",
            "MAX_TRAIN_WALKERS", "PAIRING_THRESHOLD",
@@ -275,6 +286,19 @@ class BiasCorrectionWarning(RuntimeWarning):
     Either the correction's second-order expansion is inaccurate there, or training ended on one
     draw, uncorrected, whose error is too large for the likelihood's bias to be negligible.
     """
+
+
+class NoiseFloorWarning(RuntimeWarning):
+    """Training a GRF-GP ended with the observation noise at its lower bound.
+
+    The GRF estimate's diagonal is biased upwards, and its error acts as extra noise: where it
+    exceeds the observation noise, the likelihood drives the learnt noise to its bound, and the
+    predictive variances of noisy observations come out too small.
+    """
+
+
+#: A learnt noise within this factor of its constraint's lower bound counts as on the bound.
+NOISE_FLOOR_FACTOR = 1.1
 
 
 def warn_if_short(stage: str, error: float, tolerance: float, walkers: int, cap: int) -> None:
@@ -438,3 +462,7 @@ class WalkSchedule:
 
 #: The schedule a :class:`~gp_couple.kernels.grf_kernel.GRFKernel` gets by default (the recommended GRF-GP).
 DEFAULT_SCHEDULE = WalkSchedule()
+#: The schedule a :class:`~gp_couple.kernels.sharded_grf.ShardedGRFKernel` gets by default: the training
+#: phases and the rounds on the prediction walks, on the plain likelihood (the bias correction needs a
+#: dense factor of the whole training covariance on one process).
+SHARDED_SCHEDULE = WalkSchedule(bias_correction=False)

@@ -37,6 +37,8 @@ def test_defaults_shown_by_the_options_are_the_librarys() -> None:
     from gp_couple.experiments.exact_baseline import RANGE_HYPERPARAMETERS
     from gp_couple.experiments.graph_gp import GraphGPProtocol
     from gp_couple.halting import DEFAULT_MAX_INFLATION
+    from gp_couple.kernels.grf_kernel import TRAIN_WALKERS as GRF_TRAIN_WALKERS
+    from gp_couple.kernels.walk_schedule import SHARDED_SCHEDULE
     from gp_couple.optimize import OPTIMIZERS
 
     protocol = GraphGPProtocol()
@@ -46,6 +48,8 @@ def test_defaults_shown_by_the_options_are_the_librarys() -> None:
     assert _options.DEFAULT_MAX_INFLATION == DEFAULT_MAX_INFLATION
     assert set(_options.GP_OPTIMIZERS) == set(OPTIMIZERS)
     assert _options._PROCEDURAL_HELP == PROCEDURAL_HELP
+    assert (_options.RECIPE_TRAIN_WALKERS, _options.RECIPE_MAX_TRAIN_WALKERS, _options.RECIPE_PHASES) == (
+        GRF_TRAIN_WALKERS, SHARDED_SCHEDULE.max_train_walkers, SHARDED_SCHEDULE.phases)
 
 
 @pytest.mark.parametrize("dataset, label, title", [("boston", "boston", "UCI boston"),

@@ -37,6 +37,8 @@ def test_predicts_every_node_in_the_data_units(files, tmp_path, capsys) -> None:
     report = json.loads(capsys.readouterr().out)
     quantities = {row["quantity"]: row["value"] for row in report["results"]}
     assert quantities["nodes"] == 100 and quantities["observed nodes"] == 40 and quantities["processes"] == 1
+    # Training followed the walk schedule: it ended on rounds on the 32 sigma-coupled prediction walkers.
+    assert quantities["training phases"] >= 2 and quantities["prediction walkers per node"] == 32
     predictions = np.load(output)
     assert predictions.shape == (100, 2) and np.all(np.isfinite(predictions)) and np.all(predictions[:, 1] > 0)
     # The means are in the data's units: close to the observations where observed.

@@ -15,7 +15,9 @@ from gp_couple.datasets import default_mesh
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.graphs import grid_graph
 from gp_couple.halting import HaltingInflationWarning, halting_inflation
+from gp_couple.kernels import ExactGraphKernel
 from gp_couple.kernels.grf_kernel import PREDICT_WALKERS, TRAIN_P_HALT, TRAIN_WALKERS
+from gp_couple.kernels.walk_schedule import NOISE_FLOOR_FACTOR, NoiseFloorWarning
 
 MESH = default_mesh().graph
 GAMMA = 3.0   # the range training selects on the built-in mesh
@@ -92,3 +94,36 @@ def test_resample_for_prediction_draws_sigma_coupled_walkers_at_the_learnt_hyper
     with pytest.raises(ValueError, match="even"):
         kernel.resample_for_prediction(7)
     assert PREDICT_WALKERS % 2 == 0
+
+
+def _floor_model(kernel: gpytorch.kernels.Kernel, floor: float) -> GraphGP:
+    """A GP on smooth data with little noise whose noise constraint's lower bound is ``floor``."""
+    nodes = np.arange(0, 36, 2)
+    targets = torch.sin(torch.as_tensor(nodes, dtype=torch.float32) / 6.0)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood(noise_constraint=gpytorch.constraints.GreaterThan(floor))
+    return GraphGP(nodes, targets, likelihood, gpytorch.kernels.ScaleKernel(kernel))
+
+
+def test_a_noise_on_its_lower_bound_warns_for_grf_kernels_only():
+    graph = grid_graph(6, 6)
+    grf = _floor_model(GRFKernel(graph, num_walkers=8, schedule=None, seed=1), floor=0.3)
+    floor_message = r"noise on its lower bound 0.3.*8 walkers per node at p_halt 0.1.*a lower p_halt"
+    with pytest.warns(NoiseFloorWarning, match=floor_message):
+        fit_gp(grf, grf.likelihood, iterations=200, optimizer="lbfgs")
+    assert float(grf.likelihood.noise.detach()) <= NOISE_FLOOR_FACTOR * 0.3
+    # An exact kernel's noise on its bound is the data's: no warning.
+    exact = _floor_model(ExactGraphKernel(graph), floor=0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoiseFloorWarning)
+        fit_gp(exact, exact.likelihood, iterations=200, optimizer="lbfgs")
+    assert float(exact.likelihood.noise.detach()) <= NOISE_FLOOR_FACTOR * 0.3
+    # A noise above its bound is quiet, and so is one the likelihood does not learn.
+    kernel = GRFKernel(graph, num_walkers=8, schedule=None, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoiseFloorWarning)
+        kernel.check_learnt_noise(torch.tensor([0.5]), 0.3)
+        fixed = _floor_model(GRFKernel(graph, num_walkers=8, schedule=None, seed=1), floor=0.3)
+        fixed.likelihood.noise_covar.raw_noise.requires_grad_(False)
+        fit_gp(fixed, fixed.likelihood, iterations=200, optimizer="lbfgs")
+    with pytest.warns(NoiseFloorWarning, match=r"max_train_walkers \(1024\) and max_predict_walkers \(8192\)"):
+        GRFKernel(graph, num_walkers=8, seed=1).check_learnt_noise(torch.tensor([0.31, 0.32]), 0.3)
