@@ -41,7 +41,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "operators": ("GRFGramLinearOperator", "SparseFeatureLinearOperator"),
     "marginal_likelihood": ("DenseMarginalLogLikelihood",),
     "models": ("GraphGP", "Prediction", "fit_gp", "predict"),
-    "recipes": ("fit_graph_gp", "fit_grf_gp"),
+    "recipes": ("fit_graph_gp", "fit_graph_kernel", "fit_grf_gp"),
     "optimize": ("Convergence",),
     "variational": ("GraphVariationalGP",),
     "settings": ("GRFGPSettings", "grf_gp_settings"),

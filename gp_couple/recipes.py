@@ -54,11 +54,12 @@ from .kernels.walk_schedule import (
     WalkSchedule,
 )
 from .models import GraphGP, fit_gp
-from .optimize import Convergence
+from .optimize import Convergence, TrainingHistory
+from .predictive_variance import DENSE_VARIANCE_SIZE
 from .settings import grf_gp_settings
 
 __all__ = ["GRAPH_KERNELS", "MATRIX_FREE_MIN_NODES", "MATRIX_FREE_NODES_PER_OBSERVED", "choose_graph_kernel",
-           "fit_graph_gp", "fit_grf_gp"]
+           "fit_graph_gp", "fit_graph_kernel", "fit_grf_gp"]
 
 _logger = logging.getLogger(__name__)
 
@@ -141,11 +142,11 @@ def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_no
     base = GRFKernel(graph, num_walkers=train_walkers, p_halt=p_halt, coupling="antithetic",
                      directions="repelling", kernel_family=Diffusion(1.0) if kernel_family is None else kernel_family,
                      nodes=rows, seed=base_seed, schedule=schedule)
-    return _train(base, train, train_targets, iterations=iterations, optimizer=optimizer, lr=lr,
-                  convergence=convergence, seed=base_seed, device=device)
+    return fit_graph_kernel(base, train, train_targets, iterations=iterations, optimizer=optimizer, lr=lr,
+                            convergence=convergence, seed=base_seed, device=device)[:2]
 
 
-def choose_graph_kernel(graph: Graph, num_observed: int) -> str:
+def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: bool = False) -> str:
     r"""The graph kernel :func:`fit_graph_gp` trains when asked for ``kernel="auto"``.
 
     ``"matrix_free"`` (:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`, the
@@ -160,15 +161,29 @@ def choose_graph_kernel(graph: Graph, num_observed: int) -> str:
     trained to convergence (``benchmarks/RESULTS.md``, "One call for every graph size" and
     "The crossover with 10³ observed nodes").
 
+    With ``predict_all_nodes`` the model will predict every node of the graph
+    (``gp-couple predict-graph``): the exact GP's variances then cost the cross-covariance of
+    every node with the observed ones and a dense factor of their covariance
+    (:class:`~gp_couple.streaming.ExactStreamedPredictor`), :math:`N n^2` for :math:`N`
+    nodes and :math:`n` observed, which the GRF-GP's sparse cross-covariances avoid; so the
+    matrix-free kernel is chosen only on graphs of at most :data:`MATRIX_FREE_MIN_NODES`
+    nodes with at most :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed.
+
     :param graph: The graph.
     :param num_observed: Number of observed (training) nodes.
+    :param predict_all_nodes: Choose for predicting every node of the graph.
     :return: ``"matrix_free"`` or ``"grf"``.
-    :raises TypeError: If ``graph`` is not a :class:`~gp_couple.graphs.Graph` or
-        ``num_observed`` is not an int.
+    :raises TypeError: If ``graph`` is not a :class:`~gp_couple.graphs.Graph`,
+        ``num_observed`` is not an int or ``predict_all_nodes`` not a bool.
     :raises ValueError: If ``num_observed`` is below 1.
     """
     _check_graph(graph)
     num_observed = check_int("num_observed", num_observed, 1)
+    if not isinstance(predict_all_nodes, bool):
+        raise TypeError(f"predict_all_nodes must be a bool, got {type(predict_all_nodes).__name__}")
+    if predict_all_nodes:
+        small = graph.num_nodes <= MATRIX_FREE_MIN_NODES and num_observed <= DENSE_VARIANCE_SIZE
+        return "matrix_free" if small else "grf"
     limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED * num_observed)
     return "matrix_free" if graph.num_nodes <= limit else "grf"
 
@@ -234,8 +249,8 @@ def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_
                           device=device, **options)
     base = (MatrixFreeGraphKernel(graph, family) if chosen == "matrix_free"
             else ExactGraphKernel(graph, family))
-    return _train(base, train, train_targets, iterations=iterations, optimizer=optimizer, lr=lr,
-                  convergence=convergence, seed=draw_seed(seed), device=device)
+    return fit_graph_kernel(base, train, train_targets, iterations=iterations, optimizer=optimizer, lr=lr,
+                            convergence=convergence, seed=draw_seed(seed), device=device)[:2]
 
 
 def _check_graph(graph: Any) -> None:
@@ -261,18 +276,41 @@ def _grf_options(grf_options: Mapping[str, Any] | None, kernel: str) -> dict[str
     return dict(grf_options)
 
 
-def _train(base: GraphNodeKernel, train: np.ndarray, train_targets: Any, *, iterations: int, optimizer: str,
-           lr: float, convergence: Convergence | None, seed: int,
-           device: torch.device | str | None) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood]:
-    """``GraphGP(train, train_targets, ScaleKernel(base))`` with a Gaussian likelihood, on ``device``, trained by
-    :func:`gp_couple.models.fit_gp` under :func:`gp_couple.settings.grf_gp_settings`."""
+def fit_graph_kernel(kernel: GraphNodeKernel, train_nodes: Any, train_targets: Any, *, iterations: int = 200,
+                     optimizer: str = "lbfgs", lr: float = 0.05, convergence: Convergence | None = None,
+                     seed: SeedLike = 0, device: torch.device | str | None = None,
+                     ) -> tuple[GraphGP, gpytorch.likelihoods.Likelihood, TrainingHistory]:
+    r"""Train a graph GP on a kernel you built: the training :func:`fit_graph_gp` and :func:`fit_grf_gp` run.
+
+    A :class:`~gp_couple.models.GraphGP` with a ``ScaleKernel`` around ``kernel``, a zero
+    mean and a Gaussian likelihood, trained to convergence by :func:`gp_couple.models.fit_gp`
+    under :func:`gp_couple.settings.grf_gp_settings`, from gpytorch's initial output scale
+    and noise and ``kernel``'s hyperparameters.
+
+    :param kernel: The graph kernel (e.g. a
+        :class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`).
+    :param train_nodes: Observed node indices.
+    :param train_targets: Observations (standardise them: the mean is zero).
+    :param iterations: Most optimiser iterations (per phase for a GRF kernel with a walk schedule).
+    :param optimizer: ``"lbfgs"`` (default) or ``"adam"``.
+    :param lr: Adam learning rate.
+    :param convergence: Stopping rule (default :class:`gp_couple.optimize.Convergence`).
+    :param seed: Seed of the CG probes.
+    :param device: Torch device of the model (default the CPU).
+    :return: ``(model, likelihood, history)``.
+    :raises TypeError: If ``kernel`` is not a :class:`~gp_couple.kernels.graph_node.GraphNodeKernel`.
+    :raises ValueError: For node indices outside the graph or an argument out of range.
+    """
+    if not isinstance(kernel, GraphNodeKernel):
+        raise TypeError(f"kernel must be a graph kernel (a GraphNodeKernel), got {type(kernel).__name__}")
+    train = node_index_array(train_nodes, "train_nodes", kernel.num_nodes)
     device = resolve_device(device)
     likelihood = gpytorch.likelihoods.GaussianLikelihood().to(device)
-    model = GraphGP(train, train_targets, likelihood, gpytorch.kernels.ScaleKernel(base).to(device))
+    model = GraphGP(train, train_targets, likelihood, gpytorch.kernels.ScaleKernel(kernel).to(device))
     with grf_gp_settings():
-        fit_gp(model, likelihood, iterations=iterations, lr=lr, optimizer=optimizer,
-               convergence=Convergence() if convergence is None else convergence, seed=seed)
-    return model, likelihood
+        history = fit_gp(model, likelihood, iterations=iterations, lr=lr, optimizer=optimizer,
+                         convergence=Convergence() if convergence is None else convergence, seed=draw_seed(seed))
+    return model, likelihood, history
 
 
 #: The kernels :func:`fit_graph_gp` trains (``"auto"`` chooses by :func:`choose_graph_kernel`).

@@ -1,4 +1,4 @@
-r"""Predictions of a trained GRF-GP at any number of nodes, chunk by chunk, on one or many processes.
+r"""Predictions of a trained graph GP at any number of nodes, chunk by chunk, on one or many processes.
 
 A GRF-GP's cost follows the observed and predicted nodes, not the graph, but the
 features of every predicted node are still too many to hold at once on a large graph
@@ -40,12 +40,26 @@ since walks are keyed by start node) instead of being sampled again; and the wal
 chunk are sampled in blocks of about :data:`WALK_ENTRIES` walk steps, so the memory of the
 walks being sampled grows with neither the walker count nor the chunk size.
 
+An exact graph GP (:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`,
+:class:`~gp_couple.kernels.exact_graph.ExactGraphKernel`) is streamed by
+:class:`ExactStreamedPredictor`: the same posterior with :math:`\mathbf A = s\,\mathbf K_{XX}
++ \sigma_n^2\mathbf I` factorised once by a dense float64 Cholesky factor
+:math:`\mathbf L`, and each block of prediction nodes' cross-covariance
+:math:`\mathbf k_v = s\,\mathbf K_{Xv}` and prior variance computed by the kernel in float64,
+
+.. math::
+
+    \mu_v = \mu + \mathbf k_v^\top\mathbf A^{-1}(\mathbf y - \mu), \qquad
+    \sigma^2_v = s\,K_{vv} - \|\mathbf L^{-1}\mathbf k_v\|^2 \;(+\,\sigma_n^2).
+
 Across processes (:mod:`gp_couple.distributed`), chunk :math:`i` is predicted by rank
-:math:`i \bmod P`; rank 0 gathers the chunks in order and writes the file.
+:math:`i \bmod P`; rank 0 gathers the chunks in order and writes the file. Both
+predictors share that machinery (:class:`StreamedPosterior`).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from collections.abc import Iterator
@@ -64,17 +78,21 @@ from ._files import PathLike, atomic_write, check_output_file
 from ._nodes import node_index_array
 from .distributed import Collective
 from .features.graph_random_features import GraphRandomFeatures
+from .kernels.graph_node import GraphNodeKernel
 from .kernels.grf_kernel import GRFKernel
 from .predictive_variance import DENSE_VARIANCE_SIZE
 from .progress import progress
 from .sparse_factor import SparseFactor
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "WALK_ENTRIES", "StreamedPredictor"]
+__all__ = ["CROSS_ENTRIES", "DEFAULT_CHUNK_SIZE", "WALK_ENTRIES", "ExactStreamedPredictor", "StreamedPosterior",
+           "StreamedPredictor"]
 
 #: Prediction nodes per chunk: the unit shared among the processes and gathered.
 DEFAULT_CHUNK_SIZE = 4096
 #: Walk steps (nodes x walkers x expected steps per walk) sampled at once when predicting.
 WALK_ENTRIES = 1 << 22
+#: Entries of an exact kernel's cross-covariance block (prediction nodes x observed nodes) formed at once.
+CROSS_ENTRIES = 1 << 22
 #: Training rows of the covariance formed at once.
 _GRAM_BLOCK = 512
 #: LAPACK's rectangular full packed format: not transposed, lower triangle.
@@ -125,7 +143,8 @@ def _grf_parts(model: Any) -> tuple[GRFKernel, float]:
         covariance = covariance.base_kernel
     if not isinstance(covariance, GRFKernel) or not math.isfinite(scale):
         raise TypeError("StreamedPredictor needs a model whose covar_module is a GRFKernel or a ScaleKernel of one "
-                        f"(without batches), got {type(model.covar_module).__name__}")
+                        f"(without batches), got {type(model.covar_module).__name__} (stream an exact graph kernel "
+                        "with ExactStreamedPredictor)")
     return covariance, scale
 
 
@@ -146,7 +165,153 @@ def _lapack_info(routine: str, info: int) -> None:
         raise RuntimeError(f"LAPACK {routine} refused argument {-info}")
 
 
-class StreamedPredictor:
+class StreamedPosterior:
+    r"""What every streamed predictor shares: the chunks, the processes and the output file.
+
+    A subclass computes the standardised posterior of a block of nodes
+    (:meth:`_predict_block`); this class maps it back to the data's units, shares the
+    chunks among the processes (rank :math:`i \bmod P` predicts chunk :math:`i`) and
+    writes them in order.
+
+    :param model: The trained :class:`~gp_couple.models.GraphGP` (a ``ZeroMean`` or ``ConstantMean``).
+    :param likelihood: Its :class:`gpytorch.likelihoods.GaussianLikelihood`.
+    :param collective: The processes sharing the prediction nodes (default: the default
+        process group, or this process alone).
+    :param target_offset: Predictions are of :math:`(y - \text{offset}) / \text{scale}` when the
+        model was trained on standardised targets: means are mapped back by
+        ``offset + scale * mean``, variances by ``scale ** 2 * variance``.
+    :param target_scale: See ``target_offset`` (positive).
+    :raises TypeError: For another kind of mean or likelihood.
+    :raises ValueError: For a non-finite offset or a scale that is not positive.
+    """
+
+    #: Nodes predicted at once (the memory of one block of their walks or cross-covariances).
+    block_size: int
+
+    def __init__(self, model: Any, likelihood: Any, *, collective: Collective | None = None,
+                 target_offset: float = 0.0, target_scale: float = 1.0) -> None:
+        if not isinstance(likelihood, gpytorch.likelihoods.GaussianLikelihood):
+            raise TypeError(f"likelihood must be a GaussianLikelihood, got {type(likelihood).__name__}")
+        if not (math.isfinite(target_offset) and math.isfinite(target_scale) and target_scale > 0):
+            raise ValueError(f"target_offset must be finite and target_scale positive, got {target_offset!r} and "
+                             f"{target_scale!r}")
+        self.target_offset, self.target_scale = float(target_offset), float(target_scale)
+        self.mean = _constant_mean(model)
+        self.noise = float(likelihood.noise.detach().reshape(-1)[0])
+        self.collective = Collective() if collective is None else collective
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes of the graph."""
+        raise NotImplementedError
+
+    def _predict_block(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Means and latent variances (standardised) at ``nodes``, at most :attr:`block_size` of them."""
+        raise NotImplementedError
+
+    def predict(self, nodes: Any, *, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Means and variances at ``nodes`` (float64), computed here (no collectives).
+
+        :param nodes: Node indices (any number; their walks are sampled :attr:`block_size` nodes at a time).
+        :param noise: Variances of noisy observations (``True``) or of the latent function.
+        :return: ``(mean, variance)``, each of shape ``(len(nodes),)``.
+        :raises ValueError: For node indices outside the graph.
+        """
+        index = node_index_array(nodes, "nodes", self.num_nodes)
+        return self._predict(index, noise)
+
+    def _predict(self, nodes: np.ndarray, noise: bool) -> tuple[np.ndarray, np.ndarray]:
+        mean, variance = np.empty(nodes.size), np.empty(nodes.size)
+        for start in range(0, nodes.size, self.block_size):
+            part = slice(start, start + self.block_size)
+            mean[part], variance[part] = self._predict_block(nodes[part])
+        if noise:
+            variance += self.noise
+        return self.target_offset + self.target_scale * mean, self.target_scale ** 2 * variance
+
+    def _rounds(self, nodes: np.ndarray | range, chunk_size: int, noise: bool) -> Iterator[list[np.ndarray]]:
+        """Chunk by chunk, in order, every rank's share gathered: rank ``i mod P`` predicts chunk ``i``."""
+        num_chunks = math.ceil(len(nodes) / chunk_size)
+        size = self.collective.size
+        for first in progress(range(0, num_chunks, size), description="predicting",
+                              total=math.ceil(num_chunks / size), unit="round"):
+            start = (first + self.collective.rank) * chunk_size
+            chunk = nodes[start:start + chunk_size]  # empty past the last chunk
+            if isinstance(chunk, range):
+                chunk = np.arange(chunk.start, chunk.stop, dtype=np.int64)
+            yield [block for block in self._gathered(chunk, noise) if block.shape[0]]
+
+    def _gathered(self, chunk: np.ndarray, noise: bool) -> list[np.ndarray]:
+        mean, variance = self._predict(chunk, noise)
+        block = torch.from_numpy(np.stack([mean, variance], axis=1)).to(self.collective.device)
+        return [part.cpu().numpy() for part in self.collective.all_gather(block)]
+
+    def predict_all(self, nodes: Any = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                    noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Means and variances at ``nodes`` (default: every node), chunk by chunk, shared by the processes.
+
+        Every process must call it with the same arguments and gets the whole result.
+
+        :param nodes: Node indices (default: all nodes in order).
+        :param chunk_size: Nodes per chunk, the unit shared among the processes (their walks are
+            sampled :attr:`block_size` nodes at a time, whatever the chunk size).
+        :param noise: Variances of noisy observations or of the latent function.
+        :return: ``(mean, variance)`` in the order of ``nodes``.
+        """
+        index = self._prediction_nodes(nodes, chunk_size, noise)
+        blocks = [block for round_blocks in self._rounds(index, int(chunk_size), noise) for block in round_blocks]
+        result = np.concatenate(blocks) if blocks else np.zeros((0, 2))
+        return result[:, 0], result[:, 1]
+
+    def write(self, path: PathLike, nodes: Any = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
+              noise: bool = True) -> None:
+        """Write the predictions at ``nodes`` (default: every node) to a ``.npy`` file, chunk by chunk.
+
+        The file holds a float64 array of shape ``(len(nodes), 2)``: column 0 the means,
+        column 1 the variances, row ``i`` for ``nodes[i]`` (row ``v`` for node ``v`` by
+        default). Read it with ``numpy.load(path, mmap_mode="r")``. Rank 0 writes it
+        atomically (a temporary file in the same folder, renamed at the end); memory does
+        not grow with the number of nodes. Every process must call
+        it with the same arguments.
+
+        :param path: The ``.npy`` file (checked before any work; missing folders are created).
+        :param nodes: Node indices (default: all nodes in order).
+        :param chunk_size: Nodes per chunk, the unit shared among the processes.
+        :param noise: Variances of noisy observations or of the latent function.
+        :raises ValueError: If ``path`` does not end in ``.npy``, is a folder, or its folder cannot be written.
+        """
+        if not os.fspath(path).endswith(".npy"):
+            raise ValueError(f"path must name a .npy file, got {os.fspath(path)!r}")
+        writer = self.collective.rank == 0
+        if writer:
+            check_output_file(path, "path").resolve().parent.mkdir(parents=True, exist_ok=True)
+        index = self._prediction_nodes(nodes, chunk_size, noise)
+        if not writer:
+            for _ in self._rounds(index, int(chunk_size), noise):
+                pass
+            self.collective.barrier()
+            return
+        with atomic_write(path, "wb") as handle:
+            np.lib.format.write_array_header_2_0(
+                handle, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float64)), "fortran_order": False,
+                         "shape": (len(index), 2)})
+            for blocks in self._rounds(index, int(chunk_size), noise):
+                for block in blocks:
+                    handle.write(np.ascontiguousarray(block, dtype=np.float64).tobytes())
+        self.collective.barrier()
+
+    def _prediction_nodes(self, nodes: Any, chunk_size: int, noise: bool) -> np.ndarray | range:
+        """The validated nodes (every node: a ``range``, so that no array grows with the graph)."""
+        check_int("chunk_size", chunk_size, 1)
+        if not isinstance(noise, bool):
+            raise TypeError(f"noise must be a bool, got {type(noise).__name__}")
+        index = range(self.num_nodes) if nodes is None else node_index_array(nodes, "nodes", self.num_nodes)
+        ends = (int(index[0]), int(index[-1])) if len(index) else (0, 0)
+        self.collective.check_same("prediction nodes", (len(index), *ends, int(chunk_size), noise))
+        return index
+
+
+class StreamedPredictor(StreamedPosterior):
     r"""Posterior means and variances of a trained GRF-GP, for nodes streamed in chunks.
 
     Built once from the trained model (the training side: one float64 factorisation of
@@ -163,12 +328,9 @@ class StreamedPredictor:
         configuration and seed (call :meth:`~gp_couple.kernels.grf_kernel.GRFKernel.resample_for_prediction`
         first for the recommended σ-coupled walkers).
     :param likelihood: Its :class:`gpytorch.likelihoods.GaussianLikelihood`.
-    :param collective: The processes sharing the prediction nodes (default: the default
-        process group, or this process alone).
-    :param target_offset: Predictions are of :math:`(y - \text{offset}) / \text{scale}` when the
-        model was trained on standardised targets: means are mapped back by
-        ``offset + scale * mean``, variances by ``scale ** 2 * variance``.
-    :param target_scale: See ``target_offset`` (positive).
+    :param collective: See :class:`StreamedPosterior`.
+    :param target_offset: See :class:`StreamedPosterior`.
+    :param target_scale: See :class:`StreamedPosterior`.
     :param release_kernel_walks: Free the kernel's walks once the observed nodes' features are
         read from them, before the training side is factorised, so that the two never take
         memory together. For a model that is only predicted from: the kernel (which needs a
@@ -180,19 +342,12 @@ class StreamedPredictor:
 
     def __init__(self, model: Any, likelihood: Any, *, collective: Collective | None = None,
                  target_offset: float = 0.0, target_scale: float = 1.0, release_kernel_walks: bool = False) -> None:
-        if not isinstance(likelihood, gpytorch.likelihoods.GaussianLikelihood):
-            raise TypeError(f"likelihood must be a GaussianLikelihood, got {type(likelihood).__name__}")
-        if not (math.isfinite(target_offset) and math.isfinite(target_scale) and target_scale > 0):
-            raise ValueError(f"target_offset must be finite and target_scale positive, got {target_offset!r} and "
-                             f"{target_scale!r}")
-        self.target_offset, self.target_scale = float(target_offset), float(target_scale)
+        super().__init__(model, likelihood, collective=collective, target_offset=target_offset,
+                         target_scale=target_scale)
         self.kernel, self.outputscale = _grf_parts(model)
         if release_kernel_walks and not callable(getattr(self.kernel, "release_walks", None)):
             raise TypeError(f"release_kernel_walks needs a kernel with release_walks (a ShardedGRFKernel), got "
                             f"{type(self.kernel).__name__}")
-        self.mean = _constant_mean(model)
-        self.noise = float(likelihood.noise.detach().reshape(-1)[0])
-        self.collective = Collective() if collective is None else collective
         train = model.train_inputs[0].detach().reshape(-1).cpu().numpy().astype(np.int64)
         targets = model.train_targets.detach().double().cpu().numpy()
         #: Nodes whose walks are sampled at once (about :data:`WALK_ENTRIES` walk steps).
@@ -309,26 +464,6 @@ class StreamedPredictor:
         return sp.csr_matrix((features.data[keep], position[keep], kept[features.indptr]),
                              shape=(features.shape[0], self.touched.size))
 
-    def predict(self, nodes: Any, *, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Means and variances at ``nodes`` (float64), computed here (no collectives).
-
-        :param nodes: Node indices (any number; their walks are sampled :attr:`block_size` nodes at a time).
-        :param noise: Variances of noisy observations (``True``) or of the latent function.
-        :return: ``(mean, variance)``, each of shape ``(len(nodes),)``.
-        :raises ValueError: For node indices outside the graph.
-        """
-        index = node_index_array(nodes, "nodes", self.num_nodes)
-        return self._predict(index, noise)
-
-    def _predict(self, nodes: np.ndarray, noise: bool) -> tuple[np.ndarray, np.ndarray]:
-        mean, variance = np.empty(nodes.size), np.empty(nodes.size)
-        for start in range(0, nodes.size, self.block_size):
-            part = slice(start, start + self.block_size)
-            mean[part], variance[part] = self._predict_block(nodes[part])
-        if noise:
-            variance += self.noise
-        return self.target_offset + self.target_scale * mean, self.target_scale ** 2 * variance
-
     def _predict_block(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Means and latent variances (standardised) at ``nodes``, whose walks are sampled at once."""
         with torch.no_grad():
@@ -348,83 +483,81 @@ class StreamedPredictor:
                              quadratic)
         return mean, np.maximum(prior - quadratic, 0.0)
 
-    def _rounds(self, nodes: np.ndarray | range, chunk_size: int, noise: bool) -> Iterator[list[np.ndarray]]:
-        """Chunk by chunk, in order, every rank's share gathered: rank ``i mod P`` predicts chunk ``i``."""
-        num_chunks = math.ceil(len(nodes) / chunk_size)
-        size = self.collective.size
-        for first in progress(range(0, num_chunks, size), description="predicting",
-                              total=math.ceil(num_chunks / size), unit="round"):
-            start = (first + self.collective.rank) * chunk_size
-            chunk = nodes[start:start + chunk_size]  # empty past the last chunk
-            if isinstance(chunk, range):
-                chunk = np.arange(chunk.start, chunk.stop, dtype=np.int64)
-            yield [block for block in self._gathered(chunk, noise) if block.shape[0]]
 
-    def _gathered(self, chunk: np.ndarray, noise: bool) -> list[np.ndarray]:
-        mean, variance = self._predict(chunk, noise)
-        block = torch.from_numpy(np.stack([mean, variance], axis=1)).to(self.collective.device)
-        return [part.cpu().numpy() for part in self.collective.all_gather(block)]
+class ExactStreamedPredictor(StreamedPosterior):
+    r"""Posterior means and variances of a trained exact graph GP, for nodes streamed in chunks.
 
-    def predict_all(self, nodes: Any = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                    noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Means and variances at ``nodes`` (default: every node), chunk by chunk, shared by the processes.
+    For a kernel that is not a GRF kernel: :class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`,
+    :class:`~gp_couple.kernels.exact_graph.ExactGraphKernel` or any other
+    :class:`~gp_couple.kernels.graph_node.GraphNodeKernel`. Built once from the trained model
+    (a float64 copy of it, and one dense float64 Cholesky factor :math:`\mathbf L` of
+    :math:`\mathbf A = s\,\mathbf K_{XX} + \sigma_n^2\mathbf I` with the weights
+    :math:`\mathbf A^{-1}(\mathbf y - \mu)`); each block of :attr:`block_size` prediction
+    nodes then costs its cross-covariance with the observed nodes and prior variances,
+    computed by the kernel, and a triangular solve with :math:`\mathbf L`. A block's numbers
+    depend on the block alone, so the predictions are the same whatever the number of
+    processes. :meth:`predict`, :meth:`predict_all` and :meth:`write` work as for
+    :class:`StreamedPredictor`.
 
-        Every process must call it with the same arguments and gets the whole result.
+    :param model: A trained :class:`~gp_couple.models.GraphGP` (no batches) whose covariance
+        is a graph kernel other than a GRF kernel (or a ``ScaleKernel`` of one), with a
+        ``ZeroMean`` or ``ConstantMean``; it is left as it is.
+    :param likelihood: Its :class:`gpytorch.likelihoods.GaussianLikelihood`.
+    :param collective: See :class:`StreamedPosterior`.
+    :param target_offset: See :class:`StreamedPosterior`.
+    :param target_scale: See :class:`StreamedPosterior`.
+    :raises TypeError: For a GRF kernel (stream it with :class:`StreamedPredictor`), a kernel
+        that is not a graph kernel, or another kind of mean or likelihood.
+    :raises ValueError: Above :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE`
+        observed nodes, or for a training covariance that is not positive definite.
+    """
 
-        :param nodes: Node indices (default: all nodes in order).
-        :param chunk_size: Nodes per chunk, the unit shared among the processes (their walks are
-            sampled :attr:`block_size` nodes at a time, whatever the chunk size).
-        :param noise: Variances of noisy observations or of the latent function.
-        :return: ``(mean, variance)`` in the order of ``nodes``.
-        """
-        index = self._prediction_nodes(nodes, chunk_size, noise)
-        blocks = [block for round_blocks in self._rounds(index, int(chunk_size), noise) for block in round_blocks]
-        result = np.concatenate(blocks) if blocks else np.zeros((0, 2))
-        return result[:, 0], result[:, 1]
+    def __init__(self, model: Any, likelihood: Any, *, collective: Collective | None = None,
+                 target_offset: float = 0.0, target_scale: float = 1.0) -> None:
+        super().__init__(model, likelihood, collective=collective, target_offset=target_offset,
+                         target_scale=target_scale)
+        covariance = model.covar_module
+        base = covariance.base_kernel if isinstance(covariance, gpytorch.kernels.ScaleKernel) else covariance
+        if isinstance(base, GRFKernel):
+            raise TypeError("ExactStreamedPredictor streams exact graph kernels; stream a GRF kernel with "
+                            "StreamedPredictor")
+        train = model.train_inputs[0]
+        if not isinstance(base, GraphNodeKernel) or train.dim() != 2 or base.batch_shape.numel() != 1:
+            raise TypeError("ExactStreamedPredictor needs a model whose covar_module is a graph kernel (a "
+                            "GraphNodeKernel, e.g. MatrixFreeGraphKernel) or a ScaleKernel of one, without batches; "
+                            f"got {type(covariance).__name__} of {type(base).__name__}")
+        if train.shape[0] > DENSE_VARIANCE_SIZE:
+            raise ValueError(f"ExactStreamedPredictor factorises the training covariance densely: at most "
+                             f"{DENSE_VARIANCE_SIZE} observed nodes, got {train.shape[0]}")
+        #: The graph kernel (with its output scale) in float64: a copy, so the caller's model is left as it is.
+        self.covariance = copy.deepcopy(covariance).double()
+        self._num_nodes = base.num_nodes
+        self._train_inputs = train.detach().double()
+        with torch.no_grad():
+            gram = self.covariance(self._train_inputs, self._train_inputs).to_dense().cpu().numpy()
+        gram[np.diag_indices_from(gram)] += self.noise
+        residual = model.train_targets.detach().double().cpu().numpy() - self.mean
+        # One BLAS thread, as for the GRF predictor: the factor's last bits then follow neither the pools nor the load.
+        with threadpool_limits(limits=1, user_api="blas"):
+            try:
+                #: The lower Cholesky factor of :math:`\mathbf A` (float64).
+                self.train_factor = scipy.linalg.cholesky(gram, lower=True, overwrite_a=True, check_finite=False)
+            except np.linalg.LinAlgError as error:
+                raise ValueError("the training covariance is not positive definite; is the noise variance "
+                                 "zero?") from error
+            self.weights = scipy.linalg.cho_solve((self.train_factor, True), residual, check_finite=False)
+        self.block_size = max(1, CROSS_ENTRIES // max(1, train.shape[0]))
 
-    def write(self, path: PathLike, nodes: Any = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
-              noise: bool = True) -> None:
-        """Write the predictions at ``nodes`` (default: every node) to a ``.npy`` file, chunk by chunk.
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes of the graph."""
+        return self._num_nodes
 
-        The file holds a float64 array of shape ``(len(nodes), 2)``: column 0 the means,
-        column 1 the variances, row ``i`` for ``nodes[i]`` (row ``v`` for node ``v`` by
-        default). Read it with ``numpy.load(path, mmap_mode="r")``. Rank 0 writes it
-        atomically (a temporary file in the same folder, renamed at the end); memory does
-        not grow with the number of nodes. Every process must call
-        it with the same arguments.
-
-        :param path: The ``.npy`` file (checked before any work; missing folders are created).
-        :param nodes: Node indices (default: all nodes in order).
-        :param chunk_size: Nodes per chunk, the unit shared among the processes.
-        :param noise: Variances of noisy observations or of the latent function.
-        :raises ValueError: If ``path`` does not end in ``.npy``, is a folder, or its folder cannot be written.
-        """
-        if not os.fspath(path).endswith(".npy"):
-            raise ValueError(f"path must name a .npy file, got {os.fspath(path)!r}")
-        writer = self.collective.rank == 0
-        if writer:
-            check_output_file(path, "path").resolve().parent.mkdir(parents=True, exist_ok=True)
-        index = self._prediction_nodes(nodes, chunk_size, noise)
-        if not writer:
-            for _ in self._rounds(index, int(chunk_size), noise):
-                pass
-            self.collective.barrier()
-            return
-        with atomic_write(path, "wb") as handle:
-            np.lib.format.write_array_header_2_0(
-                handle, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float64)), "fortran_order": False,
-                         "shape": (len(index), 2)})
-            for blocks in self._rounds(index, int(chunk_size), noise):
-                for block in blocks:
-                    handle.write(np.ascontiguousarray(block, dtype=np.float64).tobytes())
-        self.collective.barrier()
-
-    def _prediction_nodes(self, nodes: Any, chunk_size: int, noise: bool) -> np.ndarray | range:
-        """The validated nodes (every node: a ``range``, so that no array grows with the graph)."""
-        check_int("chunk_size", chunk_size, 1)
-        if not isinstance(noise, bool):
-            raise TypeError(f"noise must be a bool, got {type(noise).__name__}")
-        index = range(self.num_nodes) if nodes is None else node_index_array(nodes, "nodes", self.num_nodes)
-        ends = (int(index[0]), int(index[-1])) if len(index) else (0, 0)
-        self.collective.check_same("prediction nodes", (len(index), *ends, int(chunk_size), noise))
-        return index
+    def _predict_block(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        inputs = torch.as_tensor(nodes, dtype=torch.float64, device=self._train_inputs.device).unsqueeze(-1)
+        with torch.no_grad():
+            cross = self.covariance(inputs, self._train_inputs).to_dense().cpu().numpy()
+            prior = self.covariance(inputs, diag=True).cpu().numpy()
+        whitened = scipy.linalg.solve_triangular(self.train_factor, cross.T, lower=True, check_finite=False)
+        quadratic = np.einsum("ij,ij->j", whitened, whitened)
+        return self.mean + cross @ self.weights, np.maximum(prior - quadratic, 0.0)

@@ -18,6 +18,7 @@ from gp_couple.recipes import (
     MATRIX_FREE_NODES_PER_OBSERVED,
     choose_graph_kernel,
     fit_graph_gp,
+    fit_graph_kernel,
     fit_grf_gp,
 )
 
@@ -67,6 +68,35 @@ def test_auto_chooses_the_matrix_free_kernel_up_to_its_limit_and_grf_above():
     for bad in (2.5, True, "10"):
         with pytest.raises(TypeError, match="num_observed must be an int"):
             choose_graph_kernel(small, bad)
+
+
+def test_predicting_every_node_keeps_the_matrix_free_kernel_to_small_graphs():
+    """Exact variances at every node cost N n^2: matrix-free only on small graphs, up to the dense limit."""
+    from gp_couple.predictive_variance import DENSE_VARIANCE_SIZE
+
+    observed = 10_000
+    large = path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed)
+    assert choose_graph_kernel(large, observed) == "matrix_free"
+    assert choose_graph_kernel(large, observed, predict_all_nodes=True) == "grf"
+    small = path_graph(MATRIX_FREE_MIN_NODES)
+    assert choose_graph_kernel(small, DENSE_VARIANCE_SIZE, predict_all_nodes=True) == "matrix_free"
+    assert choose_graph_kernel(small, DENSE_VARIANCE_SIZE + 1, predict_all_nodes=True) == "grf"
+    assert choose_graph_kernel(path_graph(MATRIX_FREE_MIN_NODES + 1), 1, predict_all_nodes=True) == "grf"
+    with pytest.raises(TypeError, match="predict_all_nodes must be a bool"):
+        choose_graph_kernel(small, 1, predict_all_nodes=1)
+
+
+def test_fit_graph_kernel_returns_the_history_of_the_training_fit_graph_gp_runs():
+    observed = prior_draw(GRAPH, 2.0, 0.1, seed=0)
+    train = np.arange(0, GRAPH.num_nodes, 2)
+    targets = torch.as_tensor(observed[train])
+    model, likelihood, history = fit_graph_kernel(MatrixFreeGraphKernel(GRAPH, Diffusion(1.0)), train, targets)
+    expected, _ = fit_graph_gp(GRAPH, train, targets, predict_nodes=train, kernel="matrix_free")
+    assert history.converged and len(history) > 1
+    for ours, theirs in zip(model.parameters(), expected.parameters()):
+        torch.testing.assert_close(ours, theirs)
+    with pytest.raises(TypeError, match="kernel must be a graph kernel"):
+        fit_graph_kernel("matrix_free", train, targets)
 
 
 def test_auto_trains_the_exact_gp_matrix_free_as_the_dense_kernel_does(caplog):

@@ -247,3 +247,49 @@ def test_predictions_do_not_depend_on_the_thread_count() -> None:
             results.append(StreamedPredictor(model, likelihood).predict_all(chunk_size=300))
     for one, two in zip(*results):
         np.testing.assert_array_equal(one, two)
+
+
+@pytest.mark.parametrize("kernel_class", ["MatrixFreeGraphKernel", "ExactGraphKernel"])
+def test_exact_streamed_predictions_are_the_in_memory_posterior(kernel_class: str) -> None:
+    """An exact graph kernel streams the float64 dense posterior, whatever the chunks and blocks."""
+    import gp_couple
+    from gp_couple.streaming import ExactStreamedPredictor
+
+    graph = grid_graph(20, 20)
+    rng = np.random.default_rng(1)
+    train = np.sort(rng.choice(graph.num_nodes, 120, replace=False))
+    targets = torch.as_tensor(np.sin(train / 40.0) + 0.1 * rng.normal(size=train.size))
+    likelihood = gpytorch.likelihoods.GaussianLikelihood().double()
+    likelihood.noise = 0.05
+    kernel = getattr(gp_couple, kernel_class)(graph, Diffusion(2.0))
+    model = GraphGP(train, targets, likelihood, gpytorch.kernels.ScaleKernel(kernel)).double()
+    model.covar_module.outputscale = 1.3
+    nodes = np.arange(graph.num_nodes)
+    with grf_gp_settings():
+        expected = predict(model, likelihood, nodes, variance="dense")
+    predictor = ExactStreamedPredictor(model, likelihood, target_offset=2.0, target_scale=3.0)
+    mean, variance = predictor.predict_all(chunk_size=64)
+    np.testing.assert_allclose(mean, 2.0 + 3.0 * expected.mean.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(variance, 9.0 * expected.variance.numpy(), rtol=1e-10)
+    predictor.block_size = 7
+    blocked, _ = predictor.predict_all(chunk_size=50)
+    np.testing.assert_allclose(blocked, mean, rtol=1e-12, atol=1e-12)
+    _, latent = predictor.predict([3, 399], noise=False)
+    np.testing.assert_allclose(variance[[3, 399]] - latent, 9.0 * float(likelihood.noise.detach()), rtol=1e-10)
+
+
+def test_exact_streamed_predictor_refuses_grf_kernels_and_leaves_the_model_as_it_is(trained) -> None:  # type: ignore[no-untyped-def]
+    from gp_couple.kernels.matrix_free import MatrixFreeGraphKernel
+    from gp_couple.streaming import ExactStreamedPredictor
+
+    model, likelihood, _ = trained
+    with pytest.raises(TypeError, match="stream a GRF kernel with StreamedPredictor"):
+        ExactStreamedPredictor(model, likelihood)
+    graph = grid_graph(4, 4)
+    single = gpytorch.likelihoods.GaussianLikelihood()
+    exact = GraphGP([0, 5, 9], torch.tensor([0.1, -0.2, 0.3]), single,
+                    gpytorch.kernels.ScaleKernel(MatrixFreeGraphKernel(graph, Diffusion(1.0))))
+    ExactStreamedPredictor(exact, single).predict_all()
+    assert exact.covar_module.outputscale.dtype == torch.float32
+    with pytest.raises(TypeError, match="GaussianLikelihood"):
+        ExactStreamedPredictor(exact, gpytorch.likelihoods.BernoulliLikelihood())
