@@ -12,11 +12,10 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-from bench_predict_graph import field, score
+from bench_predict_graph import add_field_arguments, field, score
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,11 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from gp_couple.streaming import ExactStreamedPredictor
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grid", type=int, default=100)
-    parser.add_argument("--observed", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--field", type=int, choices=(1, 2), default=1)
-    parser.add_argument("--json-out", type=Path, required=True)
+    add_field_arguments(parser)
     args = parser.parse_args(argv)
     nodes, values, latent, noisy = field(args.grid, args.observed, args.seed, args.field)
     test = np.setdiff1d(np.arange(args.grid ** 2), nodes)

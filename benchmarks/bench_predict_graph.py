@@ -95,15 +95,20 @@ def command(side: int, nodes: np.ndarray, values: np.ndarray, threads: int, fold
     return {"mean": predictions[:, 0], "variance": predictions[:, 1], "report": quantities, "wall seconds": wall}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_field_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--grid``, ``--observed``, ``--seed``, ``--field`` and ``--json-out``: the problem of :func:`field`."""
     parser.add_argument("--grid", type=int, default=100)
     parser.add_argument("--observed", type=int, default=500)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--field", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--json-out", type=Path, required=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_field_arguments(parser)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--skip-exact", action="store_true")
-    parser.add_argument("--json-out", type=Path, required=True)
     args = parser.parse_args(argv)
     nodes, values, latent, noisy = field(args.grid, args.observed, args.seed, args.field)
     test = np.setdiff1d(np.arange(args.grid ** 2), nodes)
