@@ -161,8 +161,8 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
     trained to convergence (``benchmarks/RESULTS.md``, "One call for every graph size" and
     "The crossover with 10³ observed nodes").
 
-    With ``predict_all_nodes`` the model will predict every node of the graph
-    (``gp-couple predict-graph``): the exact GP's variances then cost the cross-covariance of
+    With ``predict_all_nodes`` the model will predict every node of the graph (streamed,
+    :mod:`gp_couple.streaming`): the exact GP's variances then cost the cross-covariance of
     every node with the observed ones and a dense factor of their covariance
     (:class:`~gp_couple.streaming.ExactStreamedPredictor`), :math:`N n^2` for :math:`N`
     nodes and :math:`n` observed, which the GRF-GP's sparse cross-covariances avoid; so the
