@@ -5,7 +5,7 @@ values of a smooth field plus noise of standard deviation 0.1; the field's wavel
 with the grid (``--field 1``: sin(r/25s) cos(c/31s) + 0.5 sin((r+c)/47s), ``--field 2``:
 cos(r/20s) sin(c/37s) + 0.4 cos((r−c)/53s), s = grid/316; field 1 on the 316 × 316 grid is
 the 10⁵-node run of ``benchmarks/RESULTS.md``). The command runs as a user would (its
-defaults, ``--threads``), in this process, on a CSV of the observations; the exact GP is
+defaults, ``--threads``, ``--kernel``), in this process, on a CSV of the observations; the exact GP is
 :func:`gp_couple.recipes.fit_graph_gp` with ``kernel="exact"`` (dense eigendecomposition, to
 the same stopping rule), predicting every node in float64. Both are scored at the unobserved
 nodes: RMSE against the noisy values and the latent field, NLPD of the noisy values, the mean
@@ -78,7 +78,7 @@ def exact_gp(side: int, nodes: np.ndarray, values: np.ndarray) -> dict:
             "training seconds": trained}
 
 
-def command(side: int, nodes: np.ndarray, values: np.ndarray, threads: int, folder: Path) -> dict:
+def command(side: int, nodes: np.ndarray, values: np.ndarray, threads: int, folder: Path, kernel: str = "auto") -> dict:
     from gp_couple.cli import main
 
     observations, output, report = folder / "values.csv", folder / "predictions.npy", folder / "report.json"
@@ -86,7 +86,7 @@ def command(side: int, nodes: np.ndarray, values: np.ndarray, threads: int, fold
                fmt=["%d", "%.10f"])
     start = time.perf_counter()
     code = main(["predict-graph", "--graph", f"grid:{side}x{side}", "--observations", str(observations),
-                 "--output", str(output), "--threads", str(threads), "--json", str(report)])
+                 "--output", str(output), "--kernel", kernel, "--threads", str(threads), "--json", str(report)])
     if code != 0:
         raise RuntimeError(f"gp-couple predict-graph exited with {code}")
     wall = time.perf_counter() - start
@@ -109,13 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     add_field_arguments(parser)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--skip-exact", action="store_true")
+    parser.add_argument("--kernel", choices=("auto", "matrix_free", "grf"), default="auto",
+                        help="the command's --kernel")
     args = parser.parse_args(argv)
     nodes, values, latent, noisy = field(args.grid, args.observed, args.seed, args.field)
     test = np.setdiff1d(np.arange(args.grid ** 2), nodes)
     result: dict = {"grid": args.grid, "observed": args.observed, "seed": args.seed, "field": args.field,
-                    "threads": args.threads}
+                    "threads": args.threads, "kernel": args.kernel}
     with tempfile.TemporaryDirectory() as folder:
-        run = command(args.grid, nodes, values, args.threads, Path(folder))
+        run = command(args.grid, nodes, values, args.threads, Path(folder), args.kernel)
     result["command"] = {**score(run["mean"], run["variance"], test, latent, noisy), "report": run["report"],
                          "wall seconds": run["wall seconds"]}
     if not args.skip_exact:

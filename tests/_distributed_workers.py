@@ -105,6 +105,15 @@ def fit_and_predict_grf(collective: Any, chunk_size: int, path: Path) -> dict[st
             "reused_rows": np.asarray(predictor.reused_rows), "mean": mean, "variance": variance}
 
 
+def predict_graph_command(rank: int, size: int, rendezvous: str, folder: str, argv: list[str]) -> None:
+    """Run ``gp-couple predict-graph`` with ``argv`` in a group joined here (as under ``torchrun``)."""
+    _join(rank, size, rendezvous)
+    from gp_couple.cli import main
+
+    if main(argv) != 0:
+        raise RuntimeError(f"gp-couple predict-graph exited with an error on rank {rank}")
+
+
 def tabular_problem() -> tuple[Any, Any, Any]:
     import torch
 

@@ -68,6 +68,24 @@ def test_processes_fit_and_predict_a_sparse_spectrum_gp_like_one(  # type: ignor
         _close(double[key], single[key])
 
 
+def test_processes_run_predict_graph_on_the_exact_gp_like_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``predict-graph`` choosing the exact GP: every process trains, rank 0's model predicts, the file is the same."""
+    from gp_couple.cli import main
+
+    _, train, targets = workers.graph_problem()
+    observations = tmp_path / "values.csv"
+    np.savetxt(observations, np.c_[train, targets], delimiter=",", header="node,value", comments="",
+               fmt=["%d", "%.10f"])
+    argv = ["predict-graph", "--graph", "grid:12x12", "--observations", str(observations), "--chunk-size", "20",
+            "--threads", "1"]
+    assert main([*argv, "--output", str(tmp_path / "one.npy")]) == 0
+    _ran(workers.run_ranks(workers.predict_graph_command, 2, tmp_path, [*argv, "--output", str(tmp_path / "two.npy")]),
+         tmp_path)
+    one, two = np.load(tmp_path / "one.npy"), np.load(tmp_path / "two.npy")
+    assert one.shape == (144, 2) and np.all(one[:, 1] > 0)
+    _close(two, one)
+
+
 def test_a_dead_process_is_an_error_within_the_timeout(tmp_path) -> None:  # type: ignore[no-untyped-def]
     timeout = 10.0
     codes = workers.run_ranks(workers.dying_peer, 2, tmp_path, timeout, timeout=120.0)

@@ -71,6 +71,11 @@ TRAIN_LR = 0.05
 RECIPE_TRAIN_WALKERS = 48
 RECIPE_MAX_TRAIN_WALKERS = 1024
 RECIPE_PHASES = 4
+#: Most prediction walkers per node ``gp-couple predict-graph`` chooses for the GRF-GP.
+RECIPE_MAX_PREDICT_WALKERS = 1024
+#: The graph kernels ``gp-couple predict-graph`` trains (``auto`` chooses by
+#: :func:`gp_couple.recipes.choose_graph_kernel` for predicting every node).
+PREDICT_GRAPH_KERNELS = ("auto", "matrix_free", "grf")
 #: The paper's meshes (``gp-couple mesh``).
 PAPER_MESHES = ("teapot", "fuze", "sphere", "idler_riser", "busted", "torus")
 #: Graph kernels of ``gp-couple grf-gram``.
@@ -452,21 +457,29 @@ def _predict_graph(parser: argparse.ArgumentParser) -> Columns:
     add_output_argument(parser, "--output", kind="file", required=True, metavar="FILE.npy",
                         help="where to write the predictions: a float64 .npy array (nodes, 2) of means and "
                              "variances, row v for node v")
+    parser.add_argument("--kernel", choices=PREDICT_GRAPH_KERNELS, default="auto",
+                        help="the GP: matrix_free, the exact GP (a dense factor of the observed nodes' covariance, "
+                             "at most 10,000 of them); grf, the GRF-GP (sharded walks; any size); auto (default): "
+                             "matrix_free on graphs of at most 20,000 nodes with at most 10,000 observed, grf above "
+                             "or when a GRF option (the walker options below) is given")
     parser.add_argument("--iterations", type=non_negative_int, default=200,
-                        help="most L-BFGS iterations of each training phase (stops on convergence)")
-    parser.add_argument("--train-walkers", type=walkers_int, default=RECIPE_TRAIN_WALKERS,
-                        help="training walkers per node of the first phase (even)")
-    parser.add_argument("--max-train-walkers", type=walkers_int, default=RECIPE_MAX_TRAIN_WALKERS,
-                        help="most training walkers per node in later phases, which add walkers while the "
-                             "estimated relative Gram error at the learnt hyperparameters exceeds 0.03")
-    parser.add_argument("--phases", type=positive_int, default=RECIPE_PHASES,
-                        help="most training phases on walks redrawn for the learnt range (1: train on the first "
-                             "walks only)")
+                        help="most L-BFGS iterations (of each training phase of the GRF-GP); stops on convergence")
+    parser.add_argument("--train-walkers", type=walkers_int, default=None,
+                        help="GRF: training walkers per node of the first phase (even; default "
+                             f"{RECIPE_TRAIN_WALKERS})")
+    parser.add_argument("--max-train-walkers", type=walkers_int, default=None,
+                        help="GRF: most training walkers per node in later phases, which add walkers while the "
+                             "estimated relative Gram error at the learnt hyperparameters exceeds 0.03 (default "
+                             f"{RECIPE_MAX_TRAIN_WALKERS})")
+    parser.add_argument("--phases", type=positive_int, default=None,
+                        help="GRF: most training phases on walks redrawn for the learnt range (1: train on the first "
+                             f"walks only; default {RECIPE_PHASES})")
     parser.add_argument("--predict-walkers", type=walkers_int, default=None,
-                        help="prediction walkers per node (even; default: as many as a relative Gram error "
+                        help="GRF: prediction walkers per node (even; default: as many as a relative Gram error "
                              "of 0.01 needs, at most --max-predict-walkers); training ends with rounds on them")
-    parser.add_argument("--max-predict-walkers", type=walkers_int, default=1024,
-                        help="most prediction walkers per node when choosing them")
+    parser.add_argument("--max-predict-walkers", type=walkers_int, default=None,
+                        help="GRF: most prediction walkers per node when choosing them (default "
+                             f"{RECIPE_MAX_PREDICT_WALKERS})")
     parser.add_argument("--chunk-size", type=positive_int, default=4096,
                         help="prediction nodes per chunk, the unit shared among the processes")
     parser.add_argument("--latent", action="store_true",

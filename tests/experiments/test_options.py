@@ -52,6 +52,19 @@ def test_defaults_shown_by_the_options_are_the_librarys() -> None:
         GRF_TRAIN_WALKERS, SHARDED_SCHEDULE.max_train_walkers, SHARDED_SCHEDULE.phases)
 
 
+def test_predict_graph_help_states_the_librarys_kernel_choice() -> None:
+    import argparse
+
+    from gp_couple.predictive_variance import DENSE_VARIANCE_SIZE
+    from gp_couple.recipes import GRAPH_KERNELS, MATRIX_FREE_MIN_NODES
+
+    assert set(_options.PREDICT_GRAPH_KERNELS) <= set(GRAPH_KERNELS)
+    parser = argparse.ArgumentParser()
+    _options.COMMAND_OPTIONS["predict-graph"](parser)
+    (kernel,) = [action for action in parser._actions if action.dest == "kernel"]
+    assert f"at most {MATRIX_FREE_MIN_NODES:,} nodes with at most {DENSE_VARIANCE_SIZE:,} observed" in kernel.help
+
+
 @pytest.mark.parametrize("dataset, label, title", [("boston", "boston", "UCI boston"),
                                                    ("./data/my.csv", "my", "my.csv"), ("my.csv", "my", "my.csv")])
 def test_dataset_labels(dataset: str, label: str, title: str) -> None:

@@ -78,3 +78,52 @@ def test_a_bad_output_is_refused_before_any_work(files, tmp_path, capsys) -> Non
     code = main(["predict-graph", "--graph", str(edges), "--observations", str(observations), "--output",
                  str(tmp_path / "folder.npy")])
     assert code != 0 and "--output" in capsys.readouterr().err
+
+
+def test_auto_trains_and_streams_the_exact_gp_on_a_small_graph(files, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Without GRF options a small graph gets the exact GP: the file is its float64 posterior at the reported
+    hyperparameters."""
+    import torch
+
+    from gp_couple.kernel_families import Diffusion
+    from gp_couple.kernels.exact_graph import ExactGraphKernel
+
+    edges, observations, nodes, values = files
+    output = tmp_path / "exact.npy"
+    assert main(["predict-graph", "--graph", str(edges), "--observations", str(observations), "--output",
+                 str(output), "--chunk-size", "30", "--json"]) == 0
+    quantities = {row["quantity"]: row["value"] for row in json.loads(capsys.readouterr().out)["results"]}
+    assert quantities["kernel"] == "matrix_free" and quantities["converged"] is True
+    assert "prediction walkers per node" not in quantities and "training phases" not in quantities
+    graph = grid_graph(10, 10)
+    with torch.no_grad():
+        gram = ExactGraphKernel(graph, Diffusion(quantities["gamma"])).double()(
+            torch.arange(100)).to_dense().numpy() * quantities["outputscale"]
+    noise, offset = quantities["noise variance"], float(np.mean(values))
+    observed = gram[np.ix_(nodes, nodes)] + noise * np.eye(nodes.size)
+    cross = gram[:, nodes]
+    mean = offset + cross @ np.linalg.solve(observed, values - offset)
+    variance = np.diag(gram) - np.einsum("ij,ji->i", cross, np.linalg.solve(observed, cross.T)) + noise
+    predictions = np.load(output)
+    np.testing.assert_allclose(predictions[:, 0], mean, rtol=1e-6, atol=1e-6 * np.std(values))
+    # The matrix-free kernel's Chebyshev series is exact to 1e-8 of the prior scale; the variances
+    # subtract two such numbers.
+    np.testing.assert_allclose(predictions[:, 1], variance, rtol=1e-6, atol=1e-6 * quantities["outputscale"])
+
+
+def test_the_grf_kernel_is_chosen_by_name_or_by_its_options(files, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    edges, observations, _, _ = files
+    common = ["predict-graph", "--graph", str(edges), "--observations", str(observations), "--iterations", "5"]
+    assert main([*common, "--output", str(tmp_path / "grf.npy"), "--kernel", "grf", "--phases", "1",
+                 "--json"]) == 0
+    quantities = {row["quantity"]: row["value"] for row in json.loads(capsys.readouterr().out)["results"]}
+    assert quantities["kernel"] == "grf" and quantities["training phases"] >= 1
+    assert quantities["prediction walkers per node"] >= 2
+    code = main([*common, "--output", str(tmp_path / "bad.npy"), "--kernel", "matrix_free", "--predict-walkers",
+                 "32", "--phases", "2"])
+    error = capsys.readouterr().err
+    assert code != 0 and "--kernel matrix_free" in error and "--phases, --predict-walkers" in error
+    assert not (tmp_path / "bad.npy").exists()
+    with pytest.raises(SystemExit):
+        main([*common, "--output", str(tmp_path / "bad.npy"), "--kernel", "exact"])
+    assert "invalid choice: 'exact'" in capsys.readouterr().err
