@@ -84,12 +84,13 @@ COMMANDS: dict[str, Command] = {
                          "gp-couple attention: norm couplings for Performer attention (paper, Appendix B.3\n"
                          '"Norm-coupled RLFs in Performers" [app:performers], Figure 7, Appendix B.3 [fig:var_fig]).'),
     "predict-graph": Command(
-        "predict_graph", "fit a GRF-GP to your node values on your graph and predict every node (torchrun-ready)",
+        "predict_graph", "fit a graph GP to your node values on your graph and predict every node (torchrun-ready)",
         "gp-couple predict-graph --graph edges.csv --observations values.csv --output predictions.npy\n"
         "  torchrun --nproc-per-node 4 -m gp_couple predict-graph --graph edges.csv --observations values.csv "
         "--output predictions.npy",
-        "gp-couple predict-graph: a GRF-GP trained on your observed node values, predicting the mean and\n"
-        "variance at every node of your graph, chunk by chunk, on one or many processes."),
+        "gp-couple predict-graph: a graph GP (the exact GP on small graphs, a GRF-GP on large ones) trained\n"
+        "on your observed node values, predicting the mean and variance at every node of your graph, chunk\n"
+        "by chunk, on one or many processes."),
     "copula-learning": Command(
         "copula", "learn a Gaussian-copula norm coupling and compare it with PNC",
         "gp-couple copula-learning --dataset boston --data-dir ../shared/datasets --iterations 200",

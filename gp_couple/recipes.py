@@ -162,12 +162,14 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
     "The crossover with 10³ observed nodes").
 
     With ``predict_all_nodes`` the model will predict every node of the graph (streamed,
-    :mod:`gp_couple.streaming`): the exact GP's variances then cost the cross-covariance of
-    every node with the observed ones and a dense factor of their covariance
-    (:class:`~gp_couple.streaming.ExactStreamedPredictor`), :math:`N n^2` for :math:`N`
-    nodes and :math:`n` observed, which the GRF-GP's sparse cross-covariances avoid; so the
-    matrix-free kernel is chosen only on graphs of at most :data:`MATRIX_FREE_MIN_NODES`
-    nodes with at most :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed.
+    :mod:`gp_couple.streaming`): the exact GP's variances then need a dense factor of the
+    observed nodes' covariance, the cross-covariance of every node with the observed ones
+    (one Chebyshev recurrence on :math:`n` columns of the whole graph) and every node's
+    prior variance (a recurrence of half the degree per node,
+    :class:`~gp_couple.streaming.ExactStreamedPredictor`), which the GRF-GP's sparse
+    features avoid; so the matrix-free kernel is chosen only on graphs of at most
+    :data:`MATRIX_FREE_MIN_NODES` nodes with at most
+    :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed.
 
     :param graph: The graph.
     :param num_observed: Number of observed (training) nodes.

@@ -209,6 +209,10 @@ class StreamedPosterior:
         """Means and latent variances (standardised) at ``nodes``, at most :attr:`block_size` of them."""
         raise NotImplementedError
 
+    def _prepare(self, nodes: np.ndarray | range) -> None:
+        """Called by every process before :meth:`predict_all` or :meth:`write` predicts ``nodes``
+        (collectives allowed); nothing by default."""
+
     def predict(self, nodes: Any, *, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Means and variances at ``nodes`` (float64), computed here (no collectives).
 
@@ -259,6 +263,7 @@ class StreamedPosterior:
         :return: ``(mean, variance)`` in the order of ``nodes``.
         """
         index = self._prediction_nodes(nodes, chunk_size, noise)
+        self._prepare(index)
         blocks = [block for round_blocks in self._rounds(index, int(chunk_size), noise) for block in round_blocks]
         result = np.concatenate(blocks) if blocks else np.zeros((0, 2))
         return result[:, 0], result[:, 1]
@@ -286,6 +291,7 @@ class StreamedPosterior:
         if writer:
             check_output_file(path, "path").resolve().parent.mkdir(parents=True, exist_ok=True)
         index = self._prediction_nodes(nodes, chunk_size, noise)
+        self._prepare(index)
         if not writer:
             for _ in self._rounds(index, int(chunk_size), noise):
                 pass
@@ -492,12 +498,29 @@ class ExactStreamedPredictor(StreamedPosterior):
     :class:`~gp_couple.kernels.graph_node.GraphNodeKernel`. Built once from the trained model
     (a float64 copy of it, and one dense float64 Cholesky factor :math:`\mathbf L` of
     :math:`\mathbf A = s\,\mathbf K_{XX} + \sigma_n^2\mathbf I` with the weights
-    :math:`\mathbf A^{-1}(\mathbf y - \mu)`); each block of :attr:`block_size` prediction
-    nodes then costs its cross-covariance with the observed nodes and prior variances,
-    computed by the kernel, and a triangular solve with :math:`\mathbf L`. A block's numbers
-    depend on the block alone, so the predictions are the same whatever the number of
-    processes. :meth:`predict`, :meth:`predict_all` and :meth:`write` work as for
-    :class:`StreamedPredictor`.
+    :math:`\mathbf w = \mathbf A^{-1}(\mathbf y - \mu)`). The posterior at node :math:`v` is
+
+    .. math::
+
+        \mu + \mathbf k_v^\top\mathbf w, \qquad
+        s\,k(v, v) - \|\mathbf L^{-1}\mathbf k_v\|^2,
+        \qquad \mathbf k_v = s\,\mathbf K_{X v}.
+
+    :meth:`predict` computes it block by block (:attr:`block_size` nodes: their
+    cross-covariances and prior variances from the kernel, a triangular solve with
+    :math:`\mathbf L`); a block's numbers depend on the block alone. :meth:`predict_all`
+    and :meth:`write` of more than one block first compute the means and the quadratic
+    forms of every node of the graph in one pass over the observed nodes instead: the
+    products of the kernel's cross-covariance :math:`s\,\mathbf K_{\cdot X}` (every node
+    against the observed ones, never dense) with :math:`\mathbf w` and with
+    :math:`\mathbf L^{-\top}`, a block of columns at a time, the blocks shared among the
+    processes (their sums of squares all-reduced). For a
+    :class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel` that costs one Chebyshev
+    recurrence on :math:`n + 1` columns, rather than one on :math:`n` columns per block of
+    prediction nodes, and :math:`\mathbf L^{-1}` (:math:`n^2` numbers more, while the pass
+    runs); only the prior variances are then computed chunk by chunk. Results
+    agree whatever the number of processes, to rounding (the sums of squares are summed in
+    another order).
 
     :param model: A trained :class:`~gp_couple.models.GraphGP` (no batches) whose covariance
         is a graph kernel other than a GRF kernel (or a ``ScaleKernel`` of one), with a
@@ -547,17 +570,48 @@ class ExactStreamedPredictor(StreamedPosterior):
                                  "zero?") from error
             self.weights = scipy.linalg.cho_solve((self.train_factor, True), residual, check_finite=False)
         self.block_size = max(1, CROSS_ENTRIES // max(1, train.shape[0]))
+        #: Means and quadratic forms :math:`\|\mathbf L^{-1}\mathbf k_v\|^2` of every node
+        #: (standardised), once :meth:`predict_all` or :meth:`write` computed them.
+        self.node_terms: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def num_nodes(self) -> int:
         """Number of nodes of the graph."""
         return self._num_nodes
 
+    def _prepare(self, nodes: np.ndarray | range) -> None:
+        if self.node_terms is None and len(nodes) > self.block_size:
+            self.node_terms = self._every_node_terms()
+
+    def _every_node_terms(self) -> tuple[np.ndarray, np.ndarray]:
+        r"""Means :math:`\mathbf k_v^\top\mathbf w` and :math:`\|\mathbf L^{-1}\mathbf k_v\|^2` of every node."""
+        device = self._train_inputs.device
+        every = torch.arange(self._num_nodes, dtype=torch.float64, device=device).unsqueeze(-1)
+        with threadpool_limits(limits=1, user_api="blas"):
+            inverse, info = scipy.linalg.lapack.dtrtri(self.train_factor, lower=1)
+        _lapack_info("dtrtri", info)
+        size = self._train_inputs.shape[0]
+        width = max(1, CROSS_ENTRIES // self._num_nodes)
+        starts = range(0, size, width)[self.collective.rank::self.collective.size]
+        squares = torch.zeros(self._num_nodes, dtype=torch.float64, device=device)
+        with torch.no_grad():
+            cross = self.covariance(every, self._train_inputs).evaluate_kernel()  # s K_{.X}, lazily
+            means = cross.matmul(torch.as_tensor(self.weights, device=device).unsqueeze(-1)).squeeze(-1)
+            # Row v of K_{.X} L^{-T} is (L^{-1} k_v)^T; columns [start, start + width) are rows of L^{-1}.
+            for start in progress(starts, description="cross-covariances", unit="block"):
+                rows = torch.as_tensor(np.ascontiguousarray(inverse[start:start + width].T), device=device)
+                squares += cross.matmul(rows).square().sum(-1)
+        squares = self.collective.all_reduce(squares.to(self.collective.device))
+        return means.cpu().numpy(), squares.cpu().numpy()
+
     def _predict_block(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         inputs = torch.as_tensor(nodes, dtype=torch.float64, device=self._train_inputs.device).unsqueeze(-1)
         with torch.no_grad():
-            cross = self.covariance(inputs, self._train_inputs).to_dense().cpu().numpy()
             prior = self.covariance(inputs, diag=True).cpu().numpy()
+            if self.node_terms is not None:
+                means, squares = self.node_terms
+                return self.mean + means[nodes], np.maximum(prior - squares[nodes], 0.0)
+            cross = self.covariance(inputs, self._train_inputs).to_dense().cpu().numpy()
         whitened = scipy.linalg.solve_triangular(self.train_factor, cross.T, lower=True, check_finite=False)
         quadratic = np.einsum("ij,ij->j", whitened, whitened)
         return self.mean + cross @ self.weights, np.maximum(prior - quadratic, 0.0)

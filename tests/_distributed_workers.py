@@ -105,10 +105,15 @@ def fit_and_predict_grf(collective: Any, chunk_size: int, path: Path) -> dict[st
             "reused_rows": np.asarray(predictor.reused_rows), "mean": mean, "variance": variance}
 
 
-def predict_graph_command(rank: int, size: int, rendezvous: str, folder: str, argv: list[str]) -> None:
-    """Run ``gp-couple predict-graph`` with ``argv`` in a group joined here (as under ``torchrun``)."""
+def predict_graph_command(rank: int, size: int, rendezvous: str, folder: str, argv: list[str],
+                          cross_entries: int) -> None:
+    """Run ``gp-couple predict-graph`` with ``argv`` in a group joined here (as under ``torchrun``), with
+    :data:`gp_couple.streaming.CROSS_ENTRIES` set to ``cross_entries``."""
     _join(rank, size, rendezvous)
+    import gp_couple.streaming
     from gp_couple.cli import main
+
+    gp_couple.streaming.CROSS_ENTRIES = cross_entries
 
     if main(argv) != 0:
         raise RuntimeError(f"gp-couple predict-graph exited with an error on rank {rank}")

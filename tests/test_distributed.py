@@ -68,9 +68,16 @@ def test_processes_fit_and_predict_a_sparse_spectrum_gp_like_one(  # type: ignor
         _close(double[key], single[key])
 
 
-def test_processes_run_predict_graph_on_the_exact_gp_like_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """``predict-graph`` choosing the exact GP: every process trains, rank 0's model predicts, the file is the same."""
+def test_processes_run_predict_graph_on_the_exact_gp_like_one(tmp_path,  # type: ignore[no-untyped-def]
+                                                              monkeypatch) -> None:
+    """``predict-graph`` choosing the exact GP: every process trains, rank 0's model predicts, the file is the same.
+
+    Blocks of 12 nodes and 5 columns: the cross-covariances' column blocks are shared between the processes.
+    """
     from gp_couple.cli import main
+
+    cross_entries = 5 * 144
+    monkeypatch.setattr("gp_couple.streaming.CROSS_ENTRIES", cross_entries)
 
     _, train, targets = workers.graph_problem()
     observations = tmp_path / "values.csv"
@@ -79,8 +86,8 @@ def test_processes_run_predict_graph_on_the_exact_gp_like_one(tmp_path) -> None:
     argv = ["predict-graph", "--graph", "grid:12x12", "--observations", str(observations), "--chunk-size", "20",
             "--threads", "1"]
     assert main([*argv, "--output", str(tmp_path / "one.npy")]) == 0
-    _ran(workers.run_ranks(workers.predict_graph_command, 2, tmp_path, [*argv, "--output", str(tmp_path / "two.npy")]),
-         tmp_path)
+    _ran(workers.run_ranks(workers.predict_graph_command, 2, tmp_path, [*argv, "--output", str(tmp_path / "two.npy")],
+                           cross_entries), tmp_path)
     one, two = np.load(tmp_path / "one.npy"), np.load(tmp_path / "two.npy")
     assert one.shape == (144, 2) and np.all(one[:, 1] > 0)
     _close(two, one)

@@ -250,7 +250,7 @@ def test_predictions_do_not_depend_on_the_thread_count() -> None:
 
 
 @pytest.mark.parametrize("kernel_class", ["MatrixFreeGraphKernel", "ExactGraphKernel"])
-def test_exact_streamed_predictions_are_the_in_memory_posterior(kernel_class: str) -> None:
+def test_exact_streamed_predictions_are_the_in_memory_posterior(kernel_class: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """An exact graph kernel streams the float64 dense posterior, whatever the chunks and blocks."""
     import gp_couple
     from gp_couple.streaming import ExactStreamedPredictor
@@ -268,12 +268,19 @@ def test_exact_streamed_predictions_are_the_in_memory_posterior(kernel_class: st
     with grf_gp_settings():
         expected = predict(model, likelihood, nodes, variance="dense")
     predictor = ExactStreamedPredictor(model, likelihood, target_offset=2.0, target_scale=3.0)
+    # Within one block: cross-covariances block by block.
     mean, variance = predictor.predict_all(chunk_size=64)
+    assert predictor.node_terms is None
     np.testing.assert_allclose(mean, 2.0 + 3.0 * expected.mean.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(variance, 9.0 * expected.variance.numpy(), rtol=1e-10)
+    # Many blocks: every node's terms in one pass over column blocks of L^{-T}, the same posterior.
     predictor.block_size = 7
-    blocked, _ = predictor.predict_all(chunk_size=50)
-    np.testing.assert_allclose(blocked, mean, rtol=1e-12, atol=1e-12)
+    with monkeypatch.context() as patch:
+        patch.setattr("gp_couple.streaming.CROSS_ENTRIES", 13 * graph.num_nodes)
+        blocked_mean, blocked_variance = predictor.predict_all(chunk_size=50)
+    assert predictor.node_terms is not None
+    np.testing.assert_allclose(blocked_mean, mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(blocked_variance, variance, rtol=1e-10)
     _, latent = predictor.predict([3, 399], noise=False)
     np.testing.assert_allclose(variance[[3, 399]] - latent, 9.0 * float(likelihood.noise.detach()), rtol=1e-10)
 
