@@ -72,6 +72,8 @@ class ChebyshevBasis:
                                       self._matrix.values(), tuple(self._matrix.shape))
         self._copies: dict[tuple[torch.dtype, torch.device], Tensor] = {}
         self._rank: Tensor | None = None
+        self._hop_pattern: sp.csr_matrix | None = None
+        self._scipy_matrix: sp.csr_matrix | None = None
         self._reset_diagonals(-1)
 
     @property
@@ -93,17 +95,15 @@ class ChebyshevBasis:
         return self._copies[key]
 
     # ---------------------------------------------------------------- recurrences
-    def terms(self, block: Tensor, degree: int, matrix: Tensor | None = None) -> Iterator[Tensor]:
+    def terms(self, block: Tensor, degree: int) -> Iterator[Tensor]:
         r"""Yield :math:`T_0\mathbf X, T_1\mathbf X, \dots, T_J\mathbf X` for a block ``(N, m)``.
 
         Each step is one fused sparse product :math:`2\widetilde{\mathbf W}T_j\mathbf X - T_{j-1}\mathbf X`
         written over the buffer of :math:`T_{j-1}\mathbf X`, so three blocks are alive at a
         time: a yielded block is only valid until the next one is requested (``block``
-        itself is never overwritten). ``matrix`` replaces :math:`\widetilde{\mathbf W}`
-        (e.g. by its restriction to a neighbourhood).
+        itself is never overwritten).
         """
-        if matrix is None:
-            matrix = self.matrix(block, layout=_layout(self.nnz, block.shape[-1]))
+        matrix = self.matrix(block, layout=_layout(self.nnz, block.shape[-1]))
         yield block
         if degree < 1:
             return
@@ -182,13 +182,16 @@ class ChebyshevBasis:
             T_{2m-1}(\widetilde{\mathbf W})_{ii}
             = 2\langle T_m\mathbf e_i, T_{m-1}\mathbf e_i\rangle - \widetilde W_{ii},
 
-        only :math:`h = \lceil J/2\rceil` recurrence steps on one-hot columns are needed, and
-        they run exactly on the restriction of :math:`\widetilde{\mathbf W}` to the
-        :math:`h`-hop neighbourhood of a block of nodes that are close in a reverse
-        Cuthill-McKee order (the whole graph when that neighbourhood is over half of it).
-        The one-off cost is at most :math:`h\,\mathrm{nnz}(\widetilde{\mathbf W})` per node,
-        and on meshes and grids, whose neighbourhoods grow slowly, much less; memory is
-        :math:`3N` numbers per node of a block (:data:`_LOCAL_BLOCK` nodes, or more when
+        only :math:`h = \lceil J/2\rceil` recurrence steps on one-hot columns are needed. They
+        run on blocks of nodes that are close in the graph (:meth:`_local_blocks`), and
+        exactly on the part of the graph each step can reach: :math:`T_m\mathbf e_i` lives
+        within :math:`m` hops of node :math:`i`, so with the nodes within :math:`h` hops of a
+        block sorted by their distance from it, step :math:`m` multiplies only the rows of
+        :math:`\widetilde{\mathbf W}` within :math:`m` hops (:meth:`_one_hot_diagonals`). The
+        one-off cost per node is at most :math:`h\,\mathrm{nnz}(\widetilde{\mathbf W})`, and
+        on meshes and grids, whose balls grow slowly, about :math:`\sum_{m \le h}` of the
+        nonzeros within :math:`m` hops of the block; memory is :math:`3` numbers per node
+        within :math:`h` hops per node of a block (:data:`_LOCAL_BLOCK` nodes, or more when
         :data:`BLOCK_ENTRIES` allows).
 
         :param nodes: Node indices (int64, any shape).
@@ -201,82 +204,136 @@ class ChebyshevBasis:
         wanted = torch.unique(flat)
         missing = wanted[self._diagonal_slot[wanted] < 0]
         if missing.numel():
-            # Blocks of nodes that are close in the graph have small joint neighbourhoods.
-            missing = missing[torch.argsort(self._locality_rank()[missing])]
-            block = max(_LOCAL_BLOCK, BLOCK_ENTRIES // (3 * self.num_nodes))
-            computed = [self._one_hot_diagonals(missing[start:start + block].to(nodes.device),
-                                                self._diagonal_degree)
-                        for start in range(0, missing.numel(), block)]
+            blocks = self._local_blocks(missing, max(_LOCAL_BLOCK, BLOCK_ENTRIES // (3 * self.num_nodes)))
+            computed = [self._one_hot_diagonals(block.to(nodes.device), self._diagonal_degree) for block in blocks]
+            missing = torch.cat(blocks)
             self._diagonal_slot[missing] = torch.arange(missing.numel()) + self._diagonal_values.shape[0]
             self._diagonal_values = torch.cat([self._diagonal_values, *[c.cpu() for c in computed]])
         table = self._diagonal_values[self._diagonal_slot[flat], :degree + 1]
         return table.reshape(*nodes.shape, degree + 1).to(nodes.device)
+
+    def _pattern(self) -> sp.csr_matrix:
+        r"""The sparsity pattern of :math:`\widetilde{\mathbf W}` (SciPy CSR of ones; the graph's hops)."""
+        if self._hop_pattern is None:
+            matrix = self._matrix.cpu()
+            self._hop_pattern = sp.csr_matrix((np.ones(self.nnz), matrix.col_indices().numpy(),
+                                               matrix.crow_indices().numpy()), shape=tuple(matrix.shape))
+        return self._hop_pattern
 
     def _locality_rank(self) -> Tensor:
         """Position of every node in a reverse Cuthill-McKee order (neighbours get close ranks)."""
         if self._rank is None:
             from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-            matrix = self._matrix.cpu()
-            pattern = sp.csr_matrix((np.ones(self.nnz), matrix.col_indices().numpy(),
-                                     matrix.crow_indices().numpy()), shape=tuple(matrix.shape))
-            order = torch.from_numpy(reverse_cuthill_mckee(pattern, symmetric_mode=True).astype(np.int64))
+            order = torch.from_numpy(reverse_cuthill_mckee(self._pattern(), symmetric_mode=True).astype(np.int64))
             self._rank = torch.empty_like(order)
             self._rank[order] = torch.arange(order.numel())
         return self._rank
 
-    def _neighbourhood(self, nodes: Tensor, hops: int) -> Tensor | None:
-        """Mask of the nodes within ``hops`` of ``nodes``; ``None`` once that is half the graph."""
-        matrix = self.matrix(torch.empty(0, dtype=torch.float64, device=nodes.device),
-                             layout=_layout(self.nnz, 1))
-        reach = torch.zeros(self.num_nodes, 1, dtype=torch.float64, device=nodes.device)
-        reach[nodes] = 1.0
-        for _ in range(hops):
-            # Weights are non-negative, so a positive entry means "reachable".
-            reach = ((matrix @ reach) + reach > 0).to(torch.float64)
-            if 2 * float(reach.sum()) > self.num_nodes:
-                return None
-        return reach.squeeze(-1) > 0
+    def _local_blocks(self, nodes: Tensor, size: int) -> list[Tensor]:
+        """``nodes`` (CPU int64, distinct) in blocks of about ``size`` nodes that are close in the graph.
 
-    def _restriction(self, keep: Tensor, width: int) -> Tensor:
-        r""":math:`\widetilde{\mathbf W}` restricted to the nodes in ``keep`` (float64, for ``width`` columns)."""
-        matrix = self.matrix(torch.empty(0, dtype=torch.float64, device=keep.device))
-        crow, columns, values = matrix.crow_indices().long(), matrix.col_indices().long(), matrix.values()
-        rows = torch.repeat_interleave(torch.arange(self.num_nodes, device=keep.device), crow.diff())
-        inside = keep[rows] & keep[columns]
-        local = torch.cumsum(keep.long(), 0) - 1  # monotone: CSR order is preserved
-        size = int(keep.sum())
-        pointer = torch.zeros(size + 1, dtype=torch.int64, device=keep.device)
-        pointer[1:] = torch.bincount(local[rows[inside]], minlength=size).cumsum(0)
-        restricted = sparse_csr(pointer.to(torch.int32), local[columns[inside]].to(torch.int32), values[inside],
-                                (size, size))
-        small = _layout(int(inside.sum()), width) == torch.sparse_coo
-        return restricted.to_sparse_coo().coalesce() if small else restricted
+        Where the nodes are dense in the graph (their induced subgraph has an average degree of
+        at least 2, e.g. a chunk of a mesh), METIS splits that subgraph into compact parts;
+        scattered nodes are cut from a reverse Cuthill-McKee order. Within a block, and the
+        blocks themselves, follow that order, so the result depends on ``nodes`` alone.
+        """
+        rank = self._locality_rank()
+        nodes = nodes[torch.argsort(rank[nodes])]
+        count = nodes.numel()
+        if count <= size:
+            return [nodes]
+        index = nodes.numpy()
+        induced = self._pattern()[index][:, index]
+        induced.setdiag(0)
+        induced.eliminate_zeros()
+        if induced.nnz < 2 * count:
+            return list(torch.split(nodes, size))
+        import pymetis
+
+        parts = math.ceil(count / size)
+        _, membership = pymetis.part_graph(parts, adjacency=pymetis.CSRAdjacency(induced.indptr, induced.indices))
+        membership = torch.as_tensor(np.asarray(membership, dtype=np.int64))
+        # Parts in the order of their first node's rank; nodes within a part in rank order.
+        first = torch.full((parts,), count, dtype=torch.int64).scatter_reduce(
+            0, membership, torch.arange(count), reduce="amin")
+        position = torch.empty_like(first)
+        position[torch.argsort(first)] = torch.arange(parts)
+        ordered = torch.argsort(position[membership] * count + torch.arange(count))
+        sizes = torch.bincount(position[membership], minlength=parts)
+        # METIS balances the parts only to a few per cent: a part above ``size`` is cut in rank order.
+        return [piece for part in torch.split(nodes[ordered], sizes.tolist()) for piece in torch.split(part, size)]
+
+    def _layers(self, nodes: Tensor, hops: int) -> tuple[np.ndarray, np.ndarray]:
+        """The nodes within ``hops`` of ``nodes``, sorted by that distance, and where each distance ends.
+
+        :return: ``(local, ends)``: ``local[k]`` is a node index, ``local[:ends[m]]`` the nodes
+            within ``m`` hops (``nodes`` themselves first, in their order).
+        """
+        from scipy.sparse.csgraph import dijkstra
+
+        sources = nodes.cpu().numpy()
+        distance = dijkstra(self._pattern(), directed=False, indices=sources, unweighted=True, limit=hops + 0.5,
+                            min_only=True)
+        reached = np.flatnonzero(np.isfinite(distance))
+        hop = distance[reached].astype(np.int64)
+        hop[np.isin(reached, sources)] = -1  # the sources first (at distance 0), in their own order
+        local = np.concatenate([sources, reached[np.argsort(hop, kind="stable")][sources.size:]])
+        ends = np.searchsorted(np.sort(hop), np.arange(hops + 1), side="right")
+        ends[0] = sources.size
+        return local, ends
 
     def _one_hot_diagonals(self, nodes: Tensor, degree: int) -> Tensor:
-        # T_m e_i lives within m hops of node i: the recurrence up to m = ceil(J/2) runs
-        # exactly on the restriction of W~ to the block's (ceil(J/2))-hop neighbourhood.
+        # Step m of the recurrence touches only the rows within m hops: with the local nodes sorted by
+        # distance those are a leading block, and the rows beyond it of every buffer stay zero.
         hops = (degree + 1) // 2
-        keep = self._neighbourhood(nodes, hops)
-        matrix = None if keep is None else self._restriction(keep, nodes.numel())
-        positions = nodes if keep is None else (torch.cumsum(keep.long(), 0) - 1)[nodes]
-        size = self.num_nodes if keep is None else int(keep.sum())
-        block = one_hot_columns(positions, size, torch.float64)
-        columns = torch.arange(nodes.numel(), device=nodes.device)
-        result = torch.empty(nodes.numel(), degree + 1, dtype=torch.float64, device=nodes.device)
+        count = nodes.numel()
+        result = torch.empty(count, degree + 1, dtype=torch.float64, device=nodes.device)
         result[:, 0] = 1.0
-        previous = None
-        self_loops = None
-        for m, current in enumerate(self.terms(block, hops, matrix)):
-            if m == 1:
-                self_loops = current[positions, columns]
-            if m >= 1:
-                if 2 * m - 1 <= degree:
-                    result[:, 2 * m - 1] = 2 * (current * previous).sum(0) - self_loops
-                if 2 * m <= degree:
-                    result[:, 2 * m] = 2 * current.square().sum(0) - 1
-            previous = current
+        if hops == 0:
+            return result
+        local, ends = self._layers(nodes, hops)
+        restricted = sp.csr_matrix(self._matrix_scipy()[local][:, local])
+        restricted.sort_indices()
+        pointer = torch.from_numpy(restricted.indptr.astype(np.int64)).to(nodes.device)
+        columns = torch.from_numpy(restricted.indices.astype(np.int64)).to(nodes.device)
+        values = torch.from_numpy(restricted.data.astype(np.float64)).to(nodes.device)
+        size = local.size
+
+        def leading_rows(rows: int) -> Tensor:
+            end = int(restricted.indptr[rows])
+            return sparse_csr(pointer[:rows + 1], columns[:end], values[:end], (rows, size))
+
+        diagonal = torch.arange(count, device=nodes.device)
+        previous = torch.zeros(size, count, dtype=torch.float64, device=nodes.device)
+        previous[diagonal, diagonal] = 1.0
+        current = torch.zeros_like(previous)
+        rows = int(ends[1])
+        current[:rows] = leading_rows(rows) @ previous
+        self_loops = current[diagonal, diagonal].clone()
+        for m in range(1, hops + 1):
+            rows = int(ends[m])
+            if m >= 2:
+                # T_m = 2 W T_{m-1} - T_{m-2}, over T_{m-2}'s buffer (small products: COO, see _SMALL_PRODUCT).
+                matrix = leading_rows(rows)
+                if int(restricted.indptr[rows]) * count <= _SMALL_PRODUCT:
+                    previous[:rows] = torch.sparse.mm(matrix.to_sparse_coo(), current).mul_(2).sub_(previous[:rows])
+                else:
+                    torch.addmm(previous[:rows], matrix, current, beta=-1, alpha=2, out=previous[:rows])
+                previous, current = current, previous
+            if 2 * m - 1 <= degree:
+                result[:, 2 * m - 1] = 2 * (current[:rows] * previous[:rows]).sum(0) - self_loops
+            if 2 * m <= degree:
+                result[:, 2 * m] = 2 * current[:rows].square().sum(0) - 1
         return result
+
+    def _matrix_scipy(self) -> sp.csr_matrix:
+        r""":math:`\widetilde{\mathbf W}` as a SciPy CSR matrix (float64, kept)."""
+        if self._scipy_matrix is None:
+            matrix = self._matrix.cpu()
+            self._scipy_matrix = sp.csr_matrix((matrix.values().numpy(), matrix.col_indices().numpy(),
+                                                matrix.crow_indices().numpy()), shape=tuple(matrix.shape))
+        return self._scipy_matrix
 
 
 def _layout(nnz: int, width: int) -> torch.layout:

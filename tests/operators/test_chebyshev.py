@@ -181,17 +181,23 @@ def test_diagonal_uses_the_cached_table_and_matches_the_dense_kernel(monkeypatch
     torch.testing.assert_close(op[1:3, 1:3]._diagonal(), exact[nodes[1:3], nodes[1:3]], rtol=0, atol=1e-11)
 
 
-@pytest.mark.parametrize("rows, columns", [(4, 5), (12, 12)])
-def test_diagonal_in_small_local_blocks_matches(monkeypatch, rows, columns):
+@pytest.mark.parametrize("rows, columns, scattered", [(4, 5, False), (12, 12, False), (12, 12, True)])
+def test_diagonal_in_small_local_blocks_matches(monkeypatch, rows, columns, scattered):
+    """Blocks of two nodes (compact METIS parts of a dense request, or cut from a reverse Cuthill-McKee
+    order for scattered nodes), each recurrence on the rows its steps reach: the exact diagonals."""
     graph = grid_graph(rows, columns)
     monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
     monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * graph.num_nodes * 2)  # two nodes per block
-    restrictions = []
-    original = ChebyshevBasis._restriction
-    monkeypatch.setattr(ChebyshevBasis, "_restriction",
-                        lambda self, keep, width: restrictions.append(int(keep.sum())) or original(self, keep, width))
+    reached, blocks = [], []
+    layers, local_blocks = ChebyshevBasis._layers, ChebyshevBasis._local_blocks
+    monkeypatch.setattr(ChebyshevBasis, "_layers",
+                        lambda self, nodes, hops: reached.append(layers(self, nodes, hops)) or reached[-1])
+    monkeypatch.setattr(ChebyshevBasis, "_local_blocks",
+                        lambda self, nodes, size: blocks.append(local_blocks(self, nodes, size)) or blocks[-1])
     adjacency = torch.from_numpy(graph.normalized_adjacency().toarray())
     nodes = torch.arange(graph.num_nodes).flip(0)
+    if scattered:
+        nodes = nodes[::7]
     for degree in (0, 1, 5, 8):
         table = ChebyshevBasis(graph.normalized_adjacency()).diagonal(nodes, degree)
         matrices = [torch.eye(graph.num_nodes, dtype=torch.float64), adjacency]
@@ -199,9 +205,15 @@ def test_diagonal_in_small_local_blocks_matches(monkeypatch, rows, columns):
             matrices.append(2 * adjacency @ matrices[-1] - matrices[-2])
         expected = torch.stack(matrices[:degree + 1]).diagonal(dim1=-2, dim2=-1).T[nodes]
         torch.testing.assert_close(table, expected, rtol=0, atol=1e-13)
-    # On the larger grid (some of) the recurrences ran on neighbourhoods, not the graph.
+    # Every node once, in blocks of at most two.
+    for request in blocks:
+        assert sorted(torch.cat(request).tolist()) == sorted(nodes.tolist())
+        assert max(block.numel() for block in request) <= 2
+    # Step m reached only the nodes within m hops: on the larger grid, never the whole graph.
     if rows == 12:
-        assert restrictions and max(restrictions) <= graph.num_nodes / 2
+        assert max(int(ends[-1]) for _, ends in reached) < graph.num_nodes
+        assert all(ends[0] <= 2 and all(later >= earlier for earlier, later in zip(ends, ends[1:]))
+                   for _, ends in reached)
 
 
 def _autograd_nodes(node) -> set[str]:
