@@ -163,13 +163,13 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
 
     With ``predict_all_nodes`` the model will predict every node of the graph (streamed,
     :mod:`gp_couple.streaming`): the exact GP's variances then need a dense factor of the
-    observed nodes' covariance, the cross-covariance of every node with the observed ones
-    (one Chebyshev recurrence on :math:`n` columns of the whole graph) and every node's
-    prior variance (a recurrence of half the degree per node,
-    :class:`~gp_couple.streaming.ExactStreamedPredictor`), which the GRF-GP's sparse
-    features avoid; so the matrix-free kernel is chosen only on graphs of at most
-    :data:`MATRIX_FREE_MIN_NODES` nodes with at most
-    :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed.
+    observed nodes' covariance (:class:`~gp_couple.streaming.ExactStreamedPredictor`), so
+    the same rule holds with at most
+    :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed nodes. Its other
+    costs, the cross-covariance of every node with the observed ones (one Chebyshev
+    recurrence on their columns) and every node's prior variance (a local recurrence of half
+    the degree), cost less than the GRF-GP's walks from every node where both were measured
+    (``benchmarks/RESULTS.md``, "Predicting every node: the crossover").
 
     :param graph: The graph.
     :param num_observed: Number of observed (training) nodes.
@@ -183,11 +183,9 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
     num_observed = check_int("num_observed", num_observed, 1)
     if not isinstance(predict_all_nodes, bool):
         raise TypeError(f"predict_all_nodes must be a bool, got {type(predict_all_nodes).__name__}")
-    if predict_all_nodes:
-        small = graph.num_nodes <= MATRIX_FREE_MIN_NODES and num_observed <= DENSE_VARIANCE_SIZE
-        return "matrix_free" if small else "grf"
     limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED * num_observed)
-    return "matrix_free" if graph.num_nodes <= limit else "grf"
+    exact = graph.num_nodes <= limit and (not predict_all_nodes or num_observed <= DENSE_VARIANCE_SIZE)
+    return "matrix_free" if exact else "grf"
 
 
 def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,

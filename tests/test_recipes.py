@@ -70,17 +70,17 @@ def test_auto_chooses_the_matrix_free_kernel_up_to_its_limit_and_grf_above():
             choose_graph_kernel(small, bad)
 
 
-def test_predicting_every_node_keeps_the_matrix_free_kernel_to_small_graphs():
-    """Exact variances at every node cost N n^2: matrix-free only on small graphs, up to the dense limit."""
+def test_predicting_every_node_keeps_the_rule_up_to_the_dense_limit():
+    """Exact variances at every node need a dense factor of the observed nodes' covariance."""
     from gp_couple.predictive_variance import DENSE_VARIANCE_SIZE
 
-    observed = 10_000
+    observed = DENSE_VARIANCE_SIZE
     large = path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed)
-    assert choose_graph_kernel(large, observed) == "matrix_free"
-    assert choose_graph_kernel(large, observed, predict_all_nodes=True) == "grf"
+    assert choose_graph_kernel(large, observed, predict_all_nodes=True) == "matrix_free"
+    assert choose_graph_kernel(large, observed + 1) == "matrix_free"
+    assert choose_graph_kernel(large, observed + 1, predict_all_nodes=True) == "grf"
     small = path_graph(MATRIX_FREE_MIN_NODES)
-    assert choose_graph_kernel(small, DENSE_VARIANCE_SIZE, predict_all_nodes=True) == "matrix_free"
-    assert choose_graph_kernel(small, DENSE_VARIANCE_SIZE + 1, predict_all_nodes=True) == "grf"
+    assert choose_graph_kernel(small, 1, predict_all_nodes=True) == "matrix_free"
     assert choose_graph_kernel(path_graph(MATRIX_FREE_MIN_NODES + 1), 1, predict_all_nodes=True) == "grf"
     with pytest.raises(TypeError, match="predict_all_nodes must be a bool"):
         choose_graph_kernel(small, 1, predict_all_nodes=1)

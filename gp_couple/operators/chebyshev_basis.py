@@ -72,7 +72,6 @@ class ChebyshevBasis:
                                       self._matrix.values(), tuple(self._matrix.shape))
         self._copies: dict[tuple[torch.dtype, torch.device], Tensor] = {}
         self._rank: Tensor | None = None
-        self._hop_pattern: sp.csr_matrix | None = None
         self._scipy_matrix: sp.csr_matrix | None = None
         self._reset_diagonals(-1)
 
@@ -212,20 +211,12 @@ class ChebyshevBasis:
         table = self._diagonal_values[self._diagonal_slot[flat], :degree + 1]
         return table.reshape(*nodes.shape, degree + 1).to(nodes.device)
 
-    def _pattern(self) -> sp.csr_matrix:
-        r"""The sparsity pattern of :math:`\widetilde{\mathbf W}` (SciPy CSR of ones; the graph's hops)."""
-        if self._hop_pattern is None:
-            matrix = self._matrix.cpu()
-            self._hop_pattern = sp.csr_matrix((np.ones(self.nnz), matrix.col_indices().numpy(),
-                                               matrix.crow_indices().numpy()), shape=tuple(matrix.shape))
-        return self._hop_pattern
-
     def _locality_rank(self) -> Tensor:
         """Position of every node in a reverse Cuthill-McKee order (neighbours get close ranks)."""
         if self._rank is None:
             from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-            order = torch.from_numpy(reverse_cuthill_mckee(self._pattern(), symmetric_mode=True).astype(np.int64))
+            order = torch.from_numpy(reverse_cuthill_mckee(self._matrix_scipy(), symmetric_mode=True).astype(np.int64))
             self._rank = torch.empty_like(order)
             self._rank[order] = torch.arange(order.numel())
         return self._rank
@@ -244,7 +235,7 @@ class ChebyshevBasis:
         if count <= size:
             return [nodes]
         index = nodes.numpy()
-        induced = self._pattern()[index][:, index]
+        induced = self._matrix_scipy()[index][:, index]
         induced.setdiag(0)
         induced.eliminate_zeros()
         if induced.nnz < 2 * count:
@@ -273,7 +264,7 @@ class ChebyshevBasis:
         from scipy.sparse.csgraph import dijkstra
 
         sources = nodes.cpu().numpy()
-        distance = dijkstra(self._pattern(), directed=False, indices=sources, unweighted=True, limit=hops + 0.5,
+        distance = dijkstra(self._matrix_scipy(), directed=False, indices=sources, unweighted=True, limit=hops + 0.5,
                             min_only=True)
         reached = np.flatnonzero(np.isfinite(distance))
         hop = distance[reached].astype(np.int64)
@@ -295,8 +286,9 @@ class ChebyshevBasis:
         local, ends = self._layers(nodes, hops)
         restricted = sp.csr_matrix(self._matrix_scipy()[local][:, local])
         restricted.sort_indices()
-        pointer = torch.from_numpy(restricted.indptr.astype(np.int64)).to(nodes.device)
-        columns = torch.from_numpy(restricted.indices.astype(np.int64)).to(nodes.device)
+        # int32 indices, as for the whole matrix: MKL's sparse kernels would convert int64 ones on every product.
+        pointer = torch.from_numpy(restricted.indptr.astype(np.int32)).to(nodes.device)
+        columns = torch.from_numpy(restricted.indices.astype(np.int32)).to(nodes.device)
         values = torch.from_numpy(restricted.data.astype(np.float64)).to(nodes.device)
         size = local.size
 
@@ -328,7 +320,7 @@ class ChebyshevBasis:
         return result
 
     def _matrix_scipy(self) -> sp.csr_matrix:
-        r""":math:`\widetilde{\mathbf W}` as a SciPy CSR matrix (float64, kept)."""
+        r""":math:`\widetilde{\mathbf W}` as a SciPy CSR matrix (float64, kept; its pattern is the graph's hops)."""
         if self._scipy_matrix is None:
             matrix = self._matrix.cpu()
             self._scipy_matrix = sp.csr_matrix((matrix.values().numpy(), matrix.col_indices().numpy(),
