@@ -510,7 +510,8 @@ class ExactStreamedPredictor(StreamedPosterior):
     cross-covariances and prior variances from the kernel, a triangular solve with
     :math:`\mathbf L`); a block's numbers depend on the block alone. :meth:`predict_all`
     and :meth:`write` of more than one block first compute the means and the quadratic
-    forms of every node of the graph in one pass over the observed nodes instead: the
+    forms of every node of the graph (two numbers per node, kept in :attr:`node_terms`) in
+    one pass over the observed nodes instead: the
     products of the kernel's cross-covariance :math:`s\,\mathbf K_{\cdot X}` (every node
     against the observed ones, never dense) with :math:`\mathbf w` and with
     :math:`\mathbf L^{-\top}`, a block of columns at a time, the blocks shared among the
