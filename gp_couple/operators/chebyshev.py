@@ -54,27 +54,34 @@ class _ChebyshevProduct(torch.autograd.Function):
     autograd tape: :math:`\partial/\partial c_j = \langle \bar{\mathbf Y}, T_j\mathbf X\rangle`
     and :math:`\bar{\mathbf X} = \sum_j c_j T_j\bar{\mathbf Y}` (:math:`\widetilde{\mathbf W}`
     is symmetric), :math:`O(N t)` memory. ``block`` may also be int64 node indices,
-    standing for their one-hot columns (then it is not saved as a dense block).
+    standing for their one-hot columns (then it is not saved as a dense block). With
+    ``rows`` (int64 node indices) only those rows of :math:`\mathbf Y` are formed: the sums
+    over :math:`j` then run on them alone, in the forward and the backward pass.
     """
 
     @staticmethod
-    def forward(ctx: Any, coefficients: Tensor, block: Tensor, basis: ChebyshevBasis) -> Tensor:
+    def forward(ctx: Any, coefficients: Tensor, block: Tensor, basis: ChebyshevBasis,
+                rows: Tensor | None = None) -> Tensor:
         ctx.basis = basis
+        ctx.rows = rows
         ctx.save_for_backward(coefficients, block)
-        return basis.combine(coefficients, _dense_block(block, basis.num_nodes, coefficients.dtype))
+        return basis.combine(coefficients, _dense_block(block, basis.num_nodes, coefficients.dtype), rows)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
         coefficients, block = ctx.saved_tensors
         basis: ChebyshevBasis = ctx.basis
+        rows: Tensor | None = ctx.rows
         grad_coefficients = grad_block = None
         if ctx.needs_input_grad[0]:
             dense = _dense_block(block, basis.num_nodes, coefficients.dtype)
-            moments = basis.moments(grad, dense, coefficients.shape[-1] - 1)
+            moments = basis.moments(grad, dense, coefficients.shape[-1] - 1, rows)
             grad_coefficients = moments.sum_to_size(coefficients.shape)
         if ctx.needs_input_grad[1]:
+            if rows is not None:  # the adjoint of selecting the rows: scatter (repeats add up)
+                grad = grad.new_zeros(*grad.shape[:-2], basis.num_nodes, grad.shape[-1]).index_add_(-2, rows, grad)
             grad_block = basis.combine(coefficients, grad).sum_to_size(block.shape)
-        return grad_coefficients, grad_block, None
+        return grad_coefficients, grad_block, None, None
 
 
 def _dense_block(block: Tensor, num_nodes: int, dtype: torch.dtype) -> Tensor:
@@ -89,7 +96,7 @@ class ChebyshevKernelLinearOperator(LinearOperator):
     :math:`\mathbf P_A` selects the rows of the nodes in :math:`A` (``row_nodes``), so
     :math:`(\mathbf K_{AB})_{ab} = k(A_a, B_b)`. Products scatter the right-hand side onto
     the graph, run one recurrence of :math:`J` sparse products for all columns and batch
-    entries together, and gather the rows of :math:`A`; costs are
+    entries together, and sum the terms on the rows of :math:`A` only; costs are
     :math:`O(J\,\mathrm{nnz}(\widetilde{\mathbf W})\,t)` time and :math:`O(N t)` memory for
     :math:`t` right-hand sides, whatever :math:`|A|`, :math:`|B|`.
 
@@ -159,9 +166,15 @@ class ChebyshevKernelLinearOperator(LinearOperator):
     def _matmul(self, rhs: Tensor) -> Tensor:
         vector = rhs.ndim == 1
         rhs = rhs.unsqueeze(-1) if vector else rhs
-        full = _ChebyshevProduct.apply(self.coefficients, self._scatter(self.column_nodes, rhs), self.basis)
-        result = self._gather(self.row_nodes, full)
+        result = self._product_rows(self._scatter(self.column_nodes, rhs))
         return result.squeeze(-1) if vector else result
+
+    def _product_rows(self, block: Tensor) -> Tensor:
+        r"""The rows :math:`A` of :math:`\sum_j c_j T_j\mathbf X` (accumulated on those rows alone
+        when the batch shares them)."""
+        if self.row_nodes.ndim == 1:
+            return _ChebyshevProduct.apply(self.coefficients, block, self.basis, self.row_nodes)
+        return self._gather(self.row_nodes, _ChebyshevProduct.apply(self.coefficients, block, self.basis))
 
     def _transpose_nonbatch(self) -> ChebyshevKernelLinearOperator:
         if self.row_nodes is self.column_nodes:
@@ -175,8 +188,11 @@ class ChebyshevKernelLinearOperator(LinearOperator):
         if left_vecs.ndim == 1:
             left_vecs, right_vecs = left_vecs.unsqueeze(-1), right_vecs.unsqueeze(-1)
         with torch.no_grad():
-            moments = self.basis.moments(self._scatter(self.row_nodes, left_vecs),
-                                         self._scatter(self.column_nodes, right_vecs), self.degree)
+            right = self._scatter(self.column_nodes, right_vecs)
+            if self.row_nodes.ndim == 1:
+                moments = self.basis.moments(left_vecs, right, self.degree, self.row_nodes)
+            else:
+                moments = self.basis.moments(self._scatter(self.row_nodes, left_vecs), right, self.degree)
         # Representation order: coefficients, then the tensor kwargs sorted by name.
         return (moments.sum_to_size(self.coefficients.shape), None, None)
 
@@ -294,9 +310,7 @@ class ChebyshevKernelLinearOperator(LinearOperator):
             # K_AB = K_BA^T: one-hot recurrences on the side with fewer distinct nodes.
             return self._transpose_nonbatch().to_dense().mT
         chunk = max(1, BLOCK_ENTRIES // (3 * self.basis.num_nodes * max(1, self.batch_shape.numel())))
-        blocks = [self._gather(self.row_nodes, _ChebyshevProduct.apply(
-            self.coefficients, distinct[start:start + chunk], self.basis))
-            for start in range(0, distinct.numel(), chunk)]
+        blocks = [self._product_rows(distinct[start:start + chunk]) for start in range(0, distinct.numel(), chunk)]
         return torch.cat(blocks, dim=-1)[..., position]
 
     def __repr__(self) -> str:

@@ -122,41 +122,49 @@ class ChebyshevBasis:
         # (*batch, N, t) -> (N, batch * t): one sparse product for every batch entry and column.
         return tensor.movedim(-2, 0).reshape(self.num_nodes, -1)
 
-    def combine(self, coefficients: Tensor, block: Tensor) -> Tensor:
+    def combine(self, coefficients: Tensor, block: Tensor, rows: Tensor | None = None) -> Tensor:
         r""":math:`\sum_j c_j T_j(\widetilde{\mathbf W})\mathbf X`, broadcasting batches.
 
         :param coefficients: ``(*batch_c, J + 1)``.
         :param block: ``(*batch_x, N, t)``.
-        :return: ``(*broadcast(batch_c, batch_x), N, t)``.
+        :param rows: Only these rows of the result (int64 node indices, repeats allowed): the
+            sum is then accumulated on them alone.
+        :return: ``(*broadcast(batch_c, batch_x), N, t)``, or ``len(rows)`` rows.
         """
         batch_c, batch_x, width = coefficients.shape[:-1], block.shape[:-2], block.shape[-1]
         batch = torch.broadcast_shapes(batch_c, batch_x)
-        term_shape = (self.num_nodes, *([1] * (len(batch) - len(batch_x))), *batch_x, width)
+        count = self.num_nodes if rows is None else rows.numel()
+        term_shape = (count, *([1] * (len(batch) - len(batch_x))), *batch_x, width)
         weights = coefficients.reshape(1, *([1] * (len(batch) - len(batch_c))), *batch_c, -1, 1)
         result = None
         for j, term in enumerate(self.terms(self._stacked(block), coefficients.shape[-1] - 1)):
-            term = term.view(term_shape)
+            term = (term if rows is None else term.index_select(0, rows)).view(term_shape)
             if result is None:
                 result = term * weights[..., 0, :]
             else:
                 result.addcmul_(term, weights[..., j, :])
         return result.movedim(0, -2)
 
-    def moments(self, left: Tensor, block: Tensor, degree: int) -> Tensor:
+    def moments(self, left: Tensor, block: Tensor, degree: int, rows: Tensor | None = None) -> Tensor:
         r"""Moments :math:`m_j = \sum_{i, s} \mathbf U_{is}\,(T_j(\widetilde{\mathbf W})\mathbf X)_{is}`
         per batch entry.
 
-        :param left: :math:`\mathbf U`, ``(*batch_u, N, t)``.
+        :param left: :math:`\mathbf U`, ``(*batch_u, N, t)``, or ``(*batch_u, len(rows), t)``
+            with ``rows``.
         :param block: :math:`\mathbf X`, ``(*batch_x, N, t)``.
         :param degree: :math:`J`.
+        :param rows: The nodes of the rows of ``left`` (int64, repeats allowed): :math:`\mathbf U`
+            is zero elsewhere, and the sums run over these rows alone.
         :return: ``(*broadcast(batch_u, batch_x), J + 1)``.
         """
         batch_u, batch_x, width = left.shape[:-2], block.shape[:-2], block.shape[-1]
         batch = torch.broadcast_shapes(batch_u, batch_x)
-        term_shape = (self.num_nodes, *([1] * (len(batch) - len(batch_x))), *batch_x, width)
-        stacked_left = left.movedim(-2, 0).reshape(self.num_nodes, *([1] * (len(batch) - len(batch_u))),
+        count = self.num_nodes if rows is None else rows.numel()
+        term_shape = (count, *([1] * (len(batch) - len(batch_x))), *batch_x, width)
+        stacked_left = left.movedim(-2, 0).reshape(count, *([1] * (len(batch) - len(batch_u))),
                                                    *batch_u, left.shape[-1])
-        moments = [torch.einsum("n...t,n...t->...", stacked_left, term.view(term_shape)).expand(batch)
+        moments = [torch.einsum("n...t,n...t->...", stacked_left,
+                                (term if rows is None else term.index_select(0, rows)).view(term_shape)).expand(batch)
                    for term in self.terms(self._stacked(block), degree)]
         return torch.stack(moments, dim=-1)
 
