@@ -6,8 +6,8 @@ The values are standardised and a diffusion-kernel GP is trained on them to conv
 
 * ``--kernel auto`` (the default) chooses by :func:`gp_couple.recipes.choose_graph_kernel`
   for predicting every node: the exact GP on graphs of at most 20,000 nodes or 15 nodes per
-  observed node, with at most 10,000 observed, the GRF-GP above (or whenever a GRF option such as ``--predict-walkers``
-  is given);
+  observed node, with at most 10,000 observed, the GRF-GP above (or whenever a GRF option
+  such as ``--predict-walkers`` is given);
 * ``--kernel matrix_free``: the exact GP (:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`,
   trained by :func:`gp_couple.recipes.fit_graph_kernel` on every process), streamed by
   :class:`gp_couple.streaming.ExactStreamedPredictor`;
@@ -44,6 +44,7 @@ from ..graphs import Graph
 from ..kernel_families import Diffusion
 from ..kernels.matrix_free import MatrixFreeGraphKernel
 from ..kernels.walk_schedule import SHARDED_SCHEDULE
+from ..predictive_variance import DENSE_VARIANCE_SIZE
 from ..recipes import choose_graph_kernel, fit_graph_kernel
 from ..sharded_gp import fit_sharded_grf_gp
 from ..streaming import ExactStreamedPredictor, StreamedPosterior, StreamedPredictor
@@ -85,12 +86,16 @@ def chosen_kernel(args: argparse.Namespace, graph: Graph, num_observed: int) -> 
     Otherwise ``auto`` follows :func:`gp_couple.recipes.choose_graph_kernel` for predicting
     every node: the exact GP on small graphs, the GRF-GP on large ones.
 
-    :raises ValueError: For GRF options given with ``--kernel matrix_free``.
+    :raises ValueError: For GRF options given with ``--kernel matrix_free``, or more observed
+        nodes than its dense factor takes.
     """
     given = [name for name in GRF_OPTION_DEFAULTS if getattr(args, name) is not None]
     if args.kernel == "matrix_free" and given:
         raise ValueError("--kernel matrix_free trains the exact GP, which has no walkers: "
                          + ", ".join("--" + name.replace("_", "-") for name in given) + " apply to --kernel grf")
+    if args.kernel == "matrix_free" and num_observed > DENSE_VARIANCE_SIZE:
+        raise ValueError(f"--kernel matrix_free predicts from a dense factor of the observed nodes' covariance: at "
+                         f"most {DENSE_VARIANCE_SIZE} observed nodes, got {num_observed} (use --kernel grf or auto)")
     if args.kernel != "auto":
         return str(args.kernel)
     return "grf" if given else choose_graph_kernel(graph, num_observed, predict_all_nodes=True)

@@ -127,3 +127,15 @@ def test_the_grf_kernel_is_chosen_by_name_or_by_its_options(files, tmp_path, cap
     with pytest.raises(SystemExit):
         main([*common, "--output", str(tmp_path / "bad.npy"), "--kernel", "exact"])
     assert "invalid choice: 'exact'" in capsys.readouterr().err
+
+
+def test_the_exact_gp_beyond_its_dense_factor_is_refused_before_training(files, tmp_path, capsys,  # type: ignore[no-untyped-def]
+                                                                         monkeypatch) -> None:
+    edges, observations, _, _ = files
+    monkeypatch.setattr("gp_couple.experiments.predict_graph.DENSE_VARIANCE_SIZE", 39)
+    monkeypatch.setattr("gp_couple.experiments.predict_graph.fit_graph_kernel",
+                        lambda *args, **kwargs: pytest.fail("trained"))
+    code = main(["predict-graph", "--graph", str(edges), "--observations", str(observations), "--output",
+                 str(tmp_path / "p.npy"), "--kernel", "matrix_free"])
+    error = capsys.readouterr().err
+    assert code != 0 and "at most 39 observed nodes, got 40" in error and not (tmp_path / "p.npy").exists()
