@@ -44,7 +44,12 @@ from torch import Tensor
 
 from .chebyshev_basis import BLOCK_ENTRIES, ChebyshevBasis, one_hot_columns
 
-__all__ = ["ChebyshevKernelLinearOperator"]
+__all__ = ["KEPT_TERM_ENTRIES", "ChebyshevKernelLinearOperator"]
+
+#: Most numbers of the terms' rows :math:`(T_j\mathbf X)_A` a product's forward pass keeps for its
+#: backward (all products of one :meth:`ChebyshevKernelLinearOperator.to_dense` together; 256 MiB in
+#: float64): within it the gradient with respect to the coefficients costs no second recurrence.
+KEPT_TERM_ENTRIES = 1 << 25
 
 
 class _ChebyshevProduct(torch.autograd.Function):
@@ -56,32 +61,40 @@ class _ChebyshevProduct(torch.autograd.Function):
     is symmetric), :math:`O(N t)` memory. ``block`` may also be int64 node indices,
     standing for their one-hot columns (then it is not saved as a dense block). With
     ``rows`` (int64 node indices) only those rows of :math:`\mathbf Y` are formed: the sums
-    over :math:`j` then run on them alone, in the forward and the backward pass.
+    over :math:`j` then run on them alone, in the forward and the backward pass. With
+    ``keep_terms`` as well, the forward pass keeps the terms' rows, so that the gradient
+    with respect to the coefficients needs no second recurrence (the caller bounds their
+    memory, :data:`KEPT_TERM_ENTRIES`).
     """
 
     @staticmethod
     def forward(ctx: Any, coefficients: Tensor, block: Tensor, basis: ChebyshevBasis,
-                rows: Tensor | None = None) -> Tensor:
+                rows: Tensor | None = None, keep_terms: bool = False) -> Tensor:
         ctx.basis = basis
         ctx.rows = rows
         ctx.save_for_backward(coefficients, block)
-        return basis.combine(coefficients, _dense_block(block, basis.num_nodes, coefficients.dtype), rows)
+        ctx.kept_terms = [] if rows is not None and keep_terms and ctx.needs_input_grad[0] else None
+        return basis.combine(coefficients, _dense_block(block, basis.num_nodes, coefficients.dtype), rows,
+                             ctx.kept_terms)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
         coefficients, block = ctx.saved_tensors
         basis: ChebyshevBasis = ctx.basis
         rows: Tensor | None = ctx.rows
         grad_coefficients = grad_block = None
         if ctx.needs_input_grad[0]:
             dense = _dense_block(block, basis.num_nodes, coefficients.dtype)
-            moments = basis.moments(grad, dense, coefficients.shape[-1] - 1, rows)
+            if ctx.kept_terms is not None:
+                moments = basis.moments_of_terms(grad, ctx.kept_terms, dense.shape[:-2], dense.shape[-1])
+            else:
+                moments = basis.moments(grad, dense, coefficients.shape[-1] - 1, rows)
             grad_coefficients = moments.sum_to_size(coefficients.shape)
         if ctx.needs_input_grad[1]:
             if rows is not None:  # the adjoint of selecting the rows: scatter (repeats add up)
                 grad = grad.new_zeros(*grad.shape[:-2], basis.num_nodes, grad.shape[-1]).index_add_(-2, rows, grad)
             grad_block = basis.combine(coefficients, grad).sum_to_size(block.shape)
-        return grad_coefficients, grad_block, None, None
+        return grad_coefficients, grad_block, None, None, None
 
 
 def _dense_block(block: Tensor, num_nodes: int, dtype: torch.dtype) -> Tensor:
@@ -166,14 +179,17 @@ class ChebyshevKernelLinearOperator(LinearOperator):
     def _matmul(self, rhs: Tensor) -> Tensor:
         vector = rhs.ndim == 1
         rhs = rhs.unsqueeze(-1) if vector else rhs
-        result = self._product_rows(self._scatter(self.column_nodes, rhs))
+        result = self._product_rows(self._scatter(self.column_nodes, rhs), rhs.shape[-1])
         return result.squeeze(-1) if vector else result
 
-    def _product_rows(self, block: Tensor) -> Tensor:
+    def _product_rows(self, block: Tensor, total_columns: int) -> Tensor:
         r"""The rows :math:`A` of :math:`\sum_j c_j T_j\mathbf X` (accumulated on those rows alone
-        when the batch shares them)."""
+        when the batch shares them; the terms' rows kept for the backward pass when, over the
+        ``total_columns`` of every block of this product, they fit in :data:`KEPT_TERM_ENTRIES`)."""
         if self.row_nodes.ndim == 1:
-            return _ChebyshevProduct.apply(self.coefficients, block, self.basis, self.row_nodes)
+            kept = (self.degree + 1) * self.row_nodes.numel() * total_columns * max(1, self.batch_shape.numel())
+            return _ChebyshevProduct.apply(self.coefficients, block, self.basis, self.row_nodes,
+                                           kept <= KEPT_TERM_ENTRIES)
         return self._gather(self.row_nodes, _ChebyshevProduct.apply(self.coefficients, block, self.basis))
 
     def _transpose_nonbatch(self) -> ChebyshevKernelLinearOperator:
@@ -310,7 +326,8 @@ class ChebyshevKernelLinearOperator(LinearOperator):
             # K_AB = K_BA^T: one-hot recurrences on the side with fewer distinct nodes.
             return self._transpose_nonbatch().to_dense().mT
         chunk = max(1, BLOCK_ENTRIES // (3 * self.basis.num_nodes * max(1, self.batch_shape.numel())))
-        blocks = [self._product_rows(distinct[start:start + chunk]) for start in range(0, distinct.numel(), chunk)]
+        blocks = [self._product_rows(distinct[start:start + chunk], distinct.numel())
+                  for start in range(0, distinct.numel(), chunk)]
         return torch.cat(blocks, dim=-1)[..., position]
 
     def __repr__(self) -> str:

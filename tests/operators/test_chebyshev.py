@@ -251,6 +251,28 @@ def test_gradients_need_no_autograd_tape_through_the_recurrence():
     torch.testing.assert_close(grad_c, torch.einsum("mt,jmn,nt->j", rhs, dense, rhs))
 
 
+@pytest.mark.parametrize("kept", [True, False])
+def test_dense_block_gradients_with_and_without_the_kept_terms(monkeypatch, kept):
+    """to_dense's backward: from the terms its forward kept, or from a second recurrence (above the
+    memory bound), both the exact kernel's gradient; the kept terms are the rows returned only."""
+    from gp_couple.operators import chebyshev
+
+    monkeypatch.setattr(chebyshev, "KEPT_TERM_ENTRIES", chebyshev.KEPT_TERM_ENTRIES if kept else 0)
+    monkeypatch.setattr(chebyshev, "BLOCK_ENTRIES", 3 * GRAPH.num_nodes * 2)  # two columns per product
+    rows, columns = torch.tensor([3, 0, 19, 3, 11]), torch.tensor([7, 2, 2, 16])
+    op, family = _operator(rows, columns)
+    recurrences = []
+    original = ChebyshevBasis.moments
+    monkeypatch.setattr(ChebyshevBasis, "moments",
+                        lambda self, *args: recurrences.append(1) or original(self, *args))
+    weights = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    (gradient,) = torch.autograd.grad((op.to_dense() * weights).sum(), family.raw_gamma)
+    exact = exact_kernel_matrix(family, GRAPH)[rows][:, columns]
+    (expected,) = torch.autograd.grad((exact * weights).sum(), family.raw_gamma)
+    torch.testing.assert_close(gradient, expected, rtol=1e-8, atol=1e-10)
+    assert (len(recurrences) == 0) == kept
+
+
 def test_rows_for_pivoted_cholesky_use_one_column_recurrence():
     nodes = torch.arange(12)
     op, family = _operator(nodes, nodes)
