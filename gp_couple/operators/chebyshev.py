@@ -186,11 +186,16 @@ class ChebyshevKernelLinearOperator(LinearOperator):
         r"""The rows :math:`A` of :math:`\sum_j c_j T_j\mathbf X` (accumulated on those rows alone
         when the batch shares them; the terms' rows kept for the backward pass when, over the
         ``total_columns`` of every block of this product, they fit in :data:`KEPT_TERM_ENTRIES`)."""
-        if self.row_nodes.ndim == 1:
+        if self._shared_rows():
             kept = (self.degree + 1) * self.row_nodes.numel() * total_columns * max(1, self.batch_shape.numel())
             return _ChebyshevProduct.apply(self.coefficients, block, self.basis, self.row_nodes,
                                            kept <= KEPT_TERM_ENTRIES)
         return self._gather(self.row_nodes, _ChebyshevProduct.apply(self.coefficients, block, self.basis))
+
+    def _shared_rows(self) -> bool:
+        """Whether sums run on the row nodes alone: one set for the whole batch, fewer than the graph's
+        nodes (with as many rows, selecting them from every term would only copy it)."""
+        return self.row_nodes.ndim == 1 and self.row_nodes.numel() < self.basis.num_nodes
 
     def _transpose_nonbatch(self) -> ChebyshevKernelLinearOperator:
         if self.row_nodes is self.column_nodes:
@@ -205,7 +210,7 @@ class ChebyshevKernelLinearOperator(LinearOperator):
             left_vecs, right_vecs = left_vecs.unsqueeze(-1), right_vecs.unsqueeze(-1)
         with torch.no_grad():
             right = self._scatter(self.column_nodes, right_vecs)
-            if self.row_nodes.ndim == 1:
+            if self._shared_rows():
                 moments = self.basis.moments(left_vecs, right, self.degree, self.row_nodes)
             else:
                 moments = self.basis.moments(self._scatter(self.row_nodes, left_vecs), right, self.degree)
