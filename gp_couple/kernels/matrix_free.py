@@ -17,9 +17,12 @@ Costs on a graph with :math:`\mathrm{nnz}` stored adjacency entries and degree :
 * a product with :math:`t` right-hand sides: :math:`J` sparse products,
   :math:`O(J\,\mathrm{nnz}\,t)` time, :math:`O(N t)` memory;
 * its gradient with respect to the hyperparameters: one more recurrence;
+* a dense block :math:`\mathbf K_{AB}` small enough (the Cholesky path of training): a one-off
+  recurrence on the smaller side's one-hot columns, whose hyperparameter-free terms are kept
+  on the graph, then :math:`O(J|A||B|)` per evaluation and gradient;
 * the diagonal (predictive variances, the CG preconditioner): a one-off
-  :math:`\lceil J'/2\rceil\,\mathrm{nnz}` per node asked for (:math:`J' \approx 1.25 J`),
-  kept on the graph, then :math:`O(J)` per node.
+  :math:`\lceil J/2\rceil\,\mathrm{nnz}` per node asked for, kept on the graph (recomputed
+  with 25% headroom when the degree grows), then :math:`O(J)` per node.
 
 The ``kernel_family`` submodule is the same as in :class:`~gp_couple.kernels.GRFKernel` and
 :class:`~gp_couple.kernels.ExactGraphKernel`, so state dicts transfer between the three

@@ -46,9 +46,11 @@ from .chebyshev_basis import BLOCK_ENTRIES, ChebyshevBasis, one_hot_columns
 
 __all__ = ["KEPT_TERM_ENTRIES", "ChebyshevKernelLinearOperator"]
 
-#: Most numbers of the terms' rows :math:`(T_j\mathbf X)_A` a product's forward pass keeps for its
-#: backward (all products of one :meth:`ChebyshevKernelLinearOperator.to_dense` together; 256 MiB in
-#: float64): within it the gradient with respect to the coefficients costs no second recurrence.
+#: Most numbers of the terms' rows :math:`(T_j\mathbf X)_A` kept (256 MiB in float64): by a product's
+#: forward pass for its backward, so that the gradient with respect to the coefficients costs no
+#: second recurrence, and by the basis for dense blocks :math:`T_j(\widetilde{\mathbf W})_{AB}`
+#: (:meth:`~gp_couple.operators.ChebyshevBasis.block`), so that a sequence of dense
+#: evaluations on the same nodes runs the recurrence once.
 KEPT_TERM_ENTRIES = 1 << 25
 
 
@@ -120,6 +122,8 @@ class ChebyshevKernelLinearOperator(LinearOperator):
     * The diagonal of a symmetric block is :math:`\mathbf D_A\mathbf c` with the
       hyperparameter-free table :math:`(\mathbf D_A)_{aj} = T_j(\widetilde{\mathbf W})_{A_aA_a}`
       cached by the :class:`ChebyshevBasis` (:meth:`ChebyshevBasis.diagonal`).
+    * Dense blocks within :data:`KEPT_TERM_ENTRIES` are sums over the basis's kept stack of
+      :math:`T_j(\widetilde{\mathbf W})_{AB}` (:meth:`to_dense`).
     * Entries and rows (e.g. for the pivoted-Cholesky preconditioner) run the recurrence
       on the one-hot columns of whichever side has fewer distinct nodes
       (:math:`\mathbf K` is symmetric in the node pair).
@@ -317,7 +321,11 @@ class ChebyshevKernelLinearOperator(LinearOperator):
         r"""The dense block, from one-hot recurrences on the distinct nodes of the smaller side, in chunks.
 
         Costs :math:`J\,\mathrm{nnz}\,\min(|A|, |B|)` and :math:`O(N\,\mathrm{chunk})` memory; meant for
-        the small blocks that gpytorch's Cholesky path asks for.
+        the small blocks that gpytorch's Cholesky path asks for. Where the hyperparameter-free
+        blocks :math:`T_j(\widetilde{\mathbf W})_{AB}` fit in :data:`KEPT_TERM_ENTRIES`, the block is
+        their sum :math:`\sum_j c_j T_j(\widetilde{\mathbf W})_{AB}` over the stack the basis keeps
+        (:meth:`~gp_couple.operators.ChebyshevBasis.block`): in training, every evaluation on
+        the same nodes after the first costs :math:`(J + 1)|A||B|`, and so does its gradient.
         """
         columns = self.column_nodes
         if columns.ndim > 1:
@@ -330,6 +338,10 @@ class ChebyshevKernelLinearOperator(LinearOperator):
         if self.row_nodes.ndim == 1 and torch.unique(self.row_nodes).numel() < distinct.numel():
             # K_AB = K_BA^T: one-hot recurrences on the side with fewer distinct nodes.
             return self._transpose_nonbatch().to_dense().mT
+        if self._shared_rows():
+            block = self.basis.block(self.coefficients, self.row_nodes, distinct, KEPT_TERM_ENTRIES)
+            if block is not None:
+                return block[..., position]
         chunk = max(1, BLOCK_ENTRIES // (3 * self.basis.num_nodes * max(1, self.batch_shape.numel())))
         blocks = [self._product_rows(distinct[start:start + chunk], distinct.numel())
                   for start in range(0, distinct.numel(), chunk)]

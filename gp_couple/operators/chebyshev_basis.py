@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,8 @@ class ChebyshevBasis:
         self._copies: dict[tuple[torch.dtype, torch.device], Tensor] = {}
         self._rank: Tensor | None = None
         self._scipy_matrix: sp.csr_matrix | None = None
-        self._reset_diagonals(-1)
+        self._reset_diagonals()
+        self._kept_blocks: _KeptBlocks | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -106,15 +108,22 @@ class ChebyshevBasis:
         yield block
         if degree < 1:
             return
-        previous, current = block, matrix @ block
+        current = matrix @ block
         yield current
-        for step in range(2, degree + 1):
+        yield from self._continued_terms(matrix, block, current, degree - 1, own_previous=False)
+
+    @staticmethod
+    def _continued_terms(matrix: Tensor, previous: Tensor, current: Tensor, steps: int,
+                         own_previous: bool = True) -> Iterator[Tensor]:
+        """The next ``steps`` terms after :math:`T_{j-1}\\mathbf X` (``previous``) and :math:`T_j\\mathbf X`
+        (``current``), each written over the buffer of the term two before it (``previous``'s
+        own buffer only if ``own_previous``); the last two yielded stay valid after the last."""
+        for step in range(steps):
             if matrix.layout == torch.sparse_coo:
                 following = torch.sparse.mm(matrix, current).mul_(2).sub_(previous)
             else:
-                # Over T_{j-1}'s buffer, except the caller's block.
                 following = torch.addmm(previous, matrix, current, beta=-1, alpha=2,
-                                        **({} if step == 2 else {"out": previous}))
+                                         **({"out": previous} if own_previous or step else {}))
             previous, current = current, following
             yield current
 
@@ -185,19 +194,92 @@ class ChebyshevBasis:
         for term in self.terms(self._stacked(block), degree):
             yield term if rows is None else term.index_select(0, rows)
 
+    # ---------------------------------------------------------------- blocks
+    def block(self, coefficients: Tensor, rows: Tensor, columns: Tensor, max_entries: int) -> Tensor | None:
+        r"""The block :math:`\sum_j c_j\,T_j(\widetilde{\mathbf W})_{AB}` of node sets :math:`A`
+        (``rows``) and :math:`B` (``columns``) from kept terms, or ``None`` where the terms
+        :math:`T_j(\widetilde{\mathbf W})_{AB}`, :math:`j \le J`, take more than ``max_entries``
+        numbers.
+
+        The terms do not depend on the hyperparameters, so the block and its gradient with
+        respect to the coefficients are sums over them, for any coefficients: the recurrence
+        runs once for a sequence of evaluations on the same nodes, as in training on the dense
+        (Cholesky) path. They are kept for the last pair of node sets asked for, with 25%
+        headroom in degree (within ``max_entries``). A higher degree, as training's degree
+        drifts with the hyperparameters, continues the recurrence from the last two terms on
+        the whole graph, kept too where their :math:`2N|B|` numbers are within ``max_entries``
+        (otherwise the terms are recomputed). A request for another pair releases them.
+
+        :param coefficients: :math:`c_0, \dots, c_J`, ``(*batch, J + 1)`` (differentiable).
+        :param rows: Node indices of :math:`A` (int64, 1-D).
+        :param columns: Node indices of :math:`B` (int64, 1-D).
+        :param max_entries: Most numbers the kept terms may hold.
+        :return: ``(*batch, len(rows), len(columns))`` in the coefficients' dtype, or ``None``.
+        """
+        pieces = self._block_terms(rows, columns, coefficients.shape[-1] - 1, max_entries)
+        if pieces is None:
+            return None
+        weights = coefficients.to(torch.float64)
+        block = torch.cat([sum(torch.einsum("...j,jab->...ab", weights[..., first:first + segment.shape[0]], segment)
+                               for first, segment in chunk) for chunk in pieces], dim=-1)
+        return block.to(coefficients.dtype)
+
+    def _block_terms(self, rows: Tensor, columns: Tensor, degree: int,
+                     max_entries: int) -> list[list[tuple[int, Tensor]]] | None:
+        """The kept terms of :meth:`block` to degree :math:`J`: per chunk of columns, the segments of
+        consecutive degrees ``(first degree, (count, len(rows), chunk))``; ``None`` beyond the bound."""
+        kept = self._kept_blocks
+        if kept is None or not (_same_nodes(kept.rows, rows) and _same_nodes(kept.columns, columns)):
+            kept = self._kept_blocks = None
+        elif kept.degree >= degree:
+            return kept.up_to(degree)
+        size = rows.numel() * columns.numel()
+        if (degree + 1) * size > max_entries:
+            self._kept_blocks = None
+            return None
+        degree_kept = max(degree, min(2 * math.ceil(1.25 * degree / 2), max_entries // size - 1))
+        if kept is None or kept.ends is None:
+            self._kept_blocks = None  # released before new terms are allocated
+            chunks = math.ceil(columns.numel() / max(1, BLOCK_ENTRIES // (3 * self.num_nodes)))
+            kept = _KeptBlocks(rows.clone(), columns.clone(), [[] for _ in range(chunks)], -1)
+        first = kept.degree + 1
+        ends = []
+        for index, chunk_columns in enumerate(kept.chunk_columns()):
+            if first:
+                previous, current = kept.ends[index]
+                new_terms = self._continued_terms(self.matrix(current, layout=_layout(self.nnz, current.shape[-1])),
+                                                  previous, current, degree_kept + 1 - first)
+            else:
+                new_terms = self.terms(one_hot_columns(chunk_columns, self.num_nodes, torch.float64), degree_kept)
+                previous = current = None
+            segment = torch.empty(degree_kept + 1 - first, rows.numel(), chunk_columns.numel(),
+                                  dtype=torch.float64, device=rows.device)
+            for j, term in enumerate(new_terms):
+                torch.index_select(term, 0, rows, out=segment[j])
+                previous, current = current, term
+            kept.segments[index].append((first, segment))
+            ends.append((previous, current))
+        keep_ends = degree_kept >= 1 and 2 * self.num_nodes * columns.numel() <= max_entries
+        self._kept_blocks = _KeptBlocks(kept.rows, kept.columns, kept.segments, degree_kept,
+                                        ends if keep_ends else None)
+        return self._kept_blocks.up_to(degree)
+
     # ---------------------------------------------------------------- diagonals
-    def _reset_diagonals(self, degree: int) -> None:
-        self._diagonal_degree = degree
+    def _reset_diagonals(self) -> None:
+        # Per node: its row of the table and the degree it was computed to (-1: not yet).
         self._diagonal_slot = torch.full((self.num_nodes,), -1, dtype=torch.int64)
-        self._diagonal_values = torch.empty(0, max(degree, 0) + 1, dtype=torch.float64)
+        self._diagonal_degree = torch.full((self.num_nodes,), -1, dtype=torch.int64)
+        self._diagonal_values = torch.empty(0, 1, dtype=torch.float64)
 
     def diagonal(self, nodes: Tensor, degree: int) -> Tensor:
         r"""Diagonal entries :math:`T_j(\widetilde{\mathbf W})_{ii}`, :math:`j \le J`, of ``nodes``.
 
         They do not depend on the hyperparameters, so they are computed once per node
-        and kept (a table of :math:`J + 1` numbers per node asked for). The degree is
-        rounded up with 25% headroom, so that training, whose degree drifts with the
-        hyperparameters, rarely recomputes. With
+        and kept (a table of :math:`J + 1` numbers per node asked for). A node is computed
+        to the degree asked for (rounded up to an even one, which costs no further step);
+        a node asked for again at a higher degree, as in training, whose degree drifts
+        with the hyperparameters, is recomputed with 25% headroom, so that it rarely is
+        again. With
         :math:`T_{2m} = 2T_m^2 - \mathbf I` and :math:`T_{2m-1} = 2T_mT_{m-1} - T_1`,
 
         .. math::
@@ -222,19 +304,35 @@ class ChebyshevBasis:
         :param degree: :math:`J`.
         :return: float64 tensor ``(*nodes.shape, J + 1)`` on the device of ``nodes``.
         """
-        if degree > self._diagonal_degree:
-            self._reset_diagonals(2 * math.ceil(1.25 * degree / 2))
         flat = nodes.reshape(-1).cpu()
         wanted = torch.unique(flat)
-        missing = wanted[self._diagonal_slot[wanted] < 0]
-        if missing.numel():
-            blocks = self._local_blocks(missing, max(_LOCAL_BLOCK, BLOCK_ENTRIES // (3 * self.num_nodes)))
-            computed = [self._one_hot_diagonals(block.to(nodes.device), self._diagonal_degree) for block in blocks]
-            missing = torch.cat(blocks)
-            self._diagonal_slot[missing] = torch.arange(missing.numel()) + self._diagonal_values.shape[0]
-            self._diagonal_values = torch.cat([self._diagonal_values, *[c.cpu() for c in computed]])
+        short = wanted[self._diagonal_degree[wanted] < degree]
+        if short.numel():
+            first = short[self._diagonal_degree[short] < 0]
+            again = short[self._diagonal_degree[short] >= 0]
+            self._compute_diagonals(first, 2 * math.ceil(degree / 2), nodes.device)
+            self._compute_diagonals(again, 2 * math.ceil(1.25 * degree / 2), nodes.device)
         table = self._diagonal_values[self._diagonal_slot[flat], :degree + 1]
         return table.reshape(*nodes.shape, degree + 1).to(nodes.device)
+
+    def _compute_diagonals(self, nodes: Tensor, degree: int, device: torch.device) -> None:
+        """Compute the diagonal table of ``nodes`` (CPU int64, distinct) to ``degree`` and keep it."""
+        if not nodes.numel():
+            return
+        blocks = self._local_blocks(nodes, max(_LOCAL_BLOCK, BLOCK_ENTRIES // (3 * self.num_nodes)))
+        computed = [self._one_hot_diagonals(block.to(device), degree).cpu() for block in blocks]
+        nodes = torch.cat(blocks)
+        self._diagonal_degree[nodes] = -1
+        kept = torch.nonzero(self._diagonal_degree >= 0).squeeze(-1)
+        width = max(self._diagonal_values.shape[1], degree + 1)
+        # Rows computed to a lower degree are padded with NaN, beyond what any lookup reads;
+        # the rows of recomputed nodes are dropped.
+        table = [torch.nn.functional.pad(part, (0, width - part.shape[1]), value=math.nan)
+                 for part in (self._diagonal_values[self._diagonal_slot[kept]], *computed)]
+        self._diagonal_slot[kept] = torch.arange(kept.numel())
+        self._diagonal_slot[nodes] = torch.arange(nodes.numel()) + kept.numel()
+        self._diagonal_degree[nodes] = degree
+        self._diagonal_values = torch.cat(table)
 
     def _locality_rank(self) -> Tensor:
         """Position of every node in a reverse Cuthill-McKee order (neighbours get close ranks)."""
@@ -355,6 +453,32 @@ class ChebyshevBasis:
 
 def _layout(nnz: int, width: int) -> torch.layout:
     return torch.sparse_coo if nnz * width <= _SMALL_PRODUCT else torch.sparse_csr
+
+
+@dataclass
+class _KeptBlocks:
+    """The terms of :meth:`ChebyshevBasis.block` for one pair of node sets: per chunk of columns,
+    segments of consecutive degrees up to ``degree``, and the chunk's last two terms on the whole
+    graph (``ends``; ``None`` where they are not kept)."""
+
+    rows: Tensor
+    columns: Tensor
+    segments: list[list[tuple[int, Tensor]]]
+    degree: int
+    ends: list[tuple[Tensor, Tensor]] | None = None
+
+    def chunk_columns(self) -> tuple[Tensor, ...]:
+        """The columns of every chunk."""
+        return torch.split(self.columns, math.ceil(self.columns.numel() / len(self.segments)))
+
+    def up_to(self, degree: int) -> list[list[tuple[int, Tensor]]]:
+        """The segments of every chunk, cut at ``degree``."""
+        return [[(first, segment[:degree + 1 - first]) for first, segment in chunk if first <= degree]
+                for chunk in self.segments]
+
+
+def _same_nodes(first: Tensor, second: Tensor) -> bool:
+    return first.device == second.device and first.shape == second.shape and bool(torch.equal(first, second))
 
 
 def one_hot_columns(nodes: Tensor, num_nodes: int, dtype: torch.dtype) -> Tensor:

@@ -10,6 +10,7 @@ from linear_operator.test.linear_operator_test_case import (
     LinearOperatorTestCase,
     RectangularLinearOperatorTestCase,
 )
+from torch import Tensor
 
 from gp_couple.exact import exact_kernel_matrix
 from gp_couple.graphs import grid_graph
@@ -26,10 +27,10 @@ GRAPH = grid_graph(4, 5)
 BASIS = ChebyshevBasis(GRAPH.normalized_adjacency())
 
 
-def chebyshev_matrices(degree: int) -> torch.Tensor:
-    """Dense :math:`T_0, \\dots, T_J` of the normalised adjacency, ``(J + 1, N, N)`` float64."""
-    adjacency = torch.from_numpy(GRAPH.normalized_adjacency().toarray())
-    matrices = [torch.eye(GRAPH.num_nodes, dtype=torch.float64), adjacency]
+def chebyshev_matrices(degree: int, graph=GRAPH) -> torch.Tensor:
+    """Dense :math:`T_0, \\dots, T_J` of ``graph``'s normalised adjacency, ``(J + 1, N, N)`` float64."""
+    adjacency = torch.from_numpy(graph.normalized_adjacency().toarray())
+    matrices = [torch.eye(graph.num_nodes, dtype=torch.float64), adjacency]
     while len(matrices) <= degree:
         matrices.append(2 * adjacency @ matrices[-1] - matrices[-2])
     return torch.stack(matrices[:degree + 1])
@@ -194,16 +195,12 @@ def test_diagonal_in_small_local_blocks_matches(monkeypatch, rows, columns, scat
                         lambda self, nodes, hops: reached.append(layers(self, nodes, hops)) or reached[-1])
     monkeypatch.setattr(ChebyshevBasis, "_local_blocks",
                         lambda self, nodes, size: blocks.append(local_blocks(self, nodes, size)) or blocks[-1])
-    adjacency = torch.from_numpy(graph.normalized_adjacency().toarray())
     nodes = torch.arange(graph.num_nodes).flip(0)
     if scattered:
         nodes = nodes[::7]
     for degree in (0, 1, 5, 8):
         table = ChebyshevBasis(graph.normalized_adjacency()).diagonal(nodes, degree)
-        matrices = [torch.eye(graph.num_nodes, dtype=torch.float64), adjacency]
-        while len(matrices) <= degree:
-            matrices.append(2 * adjacency @ matrices[-1] - matrices[-2])
-        expected = torch.stack(matrices[:degree + 1]).diagonal(dim1=-2, dim2=-1).T[nodes]
+        expected = chebyshev_matrices(degree, graph).diagonal(dim1=-2, dim2=-1).T[nodes]
         torch.testing.assert_close(table, expected, rtol=0, atol=1e-13)
     # Every node once, in blocks of at most two.
     for request in blocks:
@@ -214,6 +211,37 @@ def test_diagonal_in_small_local_blocks_matches(monkeypatch, rows, columns, scat
         assert max(int(ends[-1]) for _, ends in reached) < graph.num_nodes
         assert all(ends[0] <= 2 and all(later >= earlier for earlier, later in zip(ends, ends[1:]))
                    for _, ends in reached)
+
+
+def test_diagonal_table_computes_a_node_to_the_degree_asked_and_grows_with_headroom(monkeypatch):
+    """A node is computed to the (even) degree first asked for; asked again higher, it is recomputed
+    with 25 % headroom; requests within what is kept compute nothing; every lookup is exact."""
+    graph = grid_graph(6, 7)
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    matrices = chebyshev_matrices(20, graph)
+    computed = []
+    one_hot = ChebyshevBasis._one_hot_diagonals
+    monkeypatch.setattr(ChebyshevBasis, "_one_hot_diagonals",
+                        lambda self, nodes, degree: computed.append((sorted(nodes.tolist()), degree))
+                        or one_hot(self, nodes, degree))
+    first, every = torch.tensor([3, 17, 30]), torch.arange(graph.num_nodes)
+    for nodes, degree, expected_calls in [
+        (first, 9, [(10, [3, 17, 30])]),           # first time: the even degree at or above 9
+        (first, 10, []),                           # within what is kept
+        (every, 7, [(8, None)]),                   # the other nodes, to degree 8; the first three kept
+        (first, 12, [(16, [3, 17, 30])]),          # asked again higher: 25 % headroom, rounded up to even
+        (every, 16, [(20, None)]),                 # every node but the three kept to 16
+    ]:
+        computed.clear()
+        table = basis.diagonal(nodes, degree)
+        expected = matrices[:degree + 1].diagonal(dim1=-2, dim2=-1).T[nodes]
+        torch.testing.assert_close(table, expected, rtol=0, atol=1e-12)
+        assert {d for _, d in computed} == {d for d, _ in expected_calls}
+        for d, which in expected_calls:
+            done = sorted(node for block, degree_of in computed if degree_of == d for node in block)
+            assert done == (which if which is not None else sorted(set(every.tolist()) - {3, 17, 30}))
+    assert basis._diagonal_values.shape == (graph.num_nodes, 21)
+    assert not basis._diagonal_values[basis._diagonal_slot[first], :17].isnan().any()
 
 
 def _autograd_nodes(node) -> set[str]:
@@ -251,13 +279,16 @@ def test_gradients_need_no_autograd_tape_through_the_recurrence():
     torch.testing.assert_close(grad_c, torch.einsum("mt,jmn,nt->j", rhs, dense, rhs))
 
 
-@pytest.mark.parametrize("kept", [True, False])
-def test_dense_block_gradients_with_and_without_the_kept_terms(monkeypatch, kept):
-    """to_dense's backward: from the terms its forward kept, or from a second recurrence (above the
-    memory bound), both the exact kernel's gradient; the kept terms are the rows returned only."""
+@pytest.mark.parametrize("path", ["kept blocks", "kept terms", "second recurrence"])
+def test_dense_block_gradients_on_every_path(monkeypatch, path):
+    """to_dense and its backward: from the basis's kept blocks, from the terms the forward kept, or
+    from a second recurrence (above the memory bound), each the exact kernel's gradient."""
     from gp_couple.operators import chebyshev
 
-    monkeypatch.setattr(chebyshev, "KEPT_TERM_ENTRIES", chebyshev.KEPT_TERM_ENTRIES if kept else 0)
+    if path == "second recurrence":
+        monkeypatch.setattr(chebyshev, "KEPT_TERM_ENTRIES", 0)
+    if path == "kept terms":
+        monkeypatch.setattr(ChebyshevBasis, "block", lambda *args: None)
     monkeypatch.setattr(chebyshev, "BLOCK_ENTRIES", 3 * GRAPH.num_nodes * 2)  # two columns per product
     rows, columns = torch.tensor([3, 0, 19, 3, 11]), torch.tensor([7, 2, 2, 16])
     op, family = _operator(rows, columns)
@@ -270,7 +301,79 @@ def test_dense_block_gradients_with_and_without_the_kept_terms(monkeypatch, kept
     exact = exact_kernel_matrix(family, GRAPH)[rows][:, columns]
     (expected,) = torch.autograd.grad((exact * weights).sum(), family.raw_gamma)
     torch.testing.assert_close(gradient, expected, rtol=1e-8, atol=1e-10)
-    assert (len(recurrences) == 0) == kept
+    assert (len(recurrences) == 0) == (path != "second recurrence")
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_block_terms_are_kept_for_one_pair_of_node_sets_with_headroom(monkeypatch, chunks):
+    """Blocks sum_j c_j T_j(W~)_AB from the kept terms are exact; asked again on the same nodes
+    within their degree they run no recurrence; a higher degree continues the recurrence from the
+    kept last terms (25 % headroom, within the bound), or recomputes where those were not kept;
+    another pair, or one beyond the bound, releases them."""
+    graph = grid_graph(5, 6)
+    if chunks == 2:  # three columns in recurrences of two and one
+        monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * graph.num_nodes * 2)
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    matrices = chebyshev_matrices(30, graph)
+    steps = []
+    terms, continued = ChebyshevBasis.terms, ChebyshevBasis._continued_terms
+    monkeypatch.setattr(ChebyshevBasis, "terms",
+                        lambda self, block, degree: steps.append(("terms", degree)) or terms(self, block, degree))
+    monkeypatch.setattr(ChebyshevBasis, "_continued_terms", staticmethod(
+        lambda matrix, previous, current, count, own_previous=True:
+        (own_previous and steps.append(("continued", count))) or continued(matrix, previous, current, count,
+                                                                          own_previous)))
+    rows, columns = torch.tensor([3, 0, 19, 3, 11]), torch.tensor([7, 2, 16])
+    size = rows.numel() * columns.numel()
+
+    def block(first: Tensor, second: Tensor, degree: int, max_entries: int) -> Tensor | None:
+        coefficients = torch.randn(2, degree + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(degree))
+        result = basis.block(coefficients, first, second, max_entries)
+        if result is not None:
+            expected = torch.einsum("...j,jab->...ab", coefficients, matrices[:degree + 1][:, first][:, :, second])
+            torch.testing.assert_close(result, expected, rtol=0, atol=1e-12)
+        return result
+
+    def check(degree: int, max_entries: int, expected: list) -> None:
+        steps.clear()
+        assert block(rows, columns, degree, max_entries) is not None
+        assert steps == [step for step in expected for _ in range(chunks)]
+
+    check(8, 10**6, [("terms", 10)])          # first: 25 % headroom, rounded up to even
+    check(10, 10**6, [])                      # within what is kept
+    check(3, 10**6, [])
+    check(11, 10**6, [("continued", 4)])      # on to degree 14 from the kept last two terms
+    check(14, 10**6, [])
+    check(20, 21 * size, [("continued", 6)])  # headroom only within the bound
+    assert basis._kept_blocks.degree == 20
+    assert block(rows, columns, 21, 21 * size) is None and basis._kept_blocks is None
+    # Where the last terms on the whole graph (2 N |B| = 180 numbers) exceed the bound: recomputed.
+    check(8, 179, [("terms", 10)])
+    assert basis._kept_blocks.ends is None
+    check(11, 10**6, [("terms", 14)])
+    # Another pair of node sets replaces the kept one.
+    steps.clear()
+    assert block(columns, rows, 4, 10**6) is not None
+    assert set(steps) == {("terms", 6)} and torch.equal(basis._kept_blocks.rows, columns)
+
+
+def test_dense_evaluations_on_the_same_nodes_run_one_recurrence(monkeypatch):
+    """As in training: blocks on the same nodes at new hyperparameters are sums over the kept stack,
+    exact with their gradients, and no further recurrence runs."""
+    nodes = torch.tensor([1, 5, 9, 14, 18])
+    basis = ChebyshevBasis(GRAPH.normalized_adjacency())
+    for step, gamma in enumerate((1.2, 1.5, 1.0)):
+        family = Diffusion(gamma).double()
+        coefficients = chebyshev_expansion(family, 1e-12).coefficients
+        op = ChebyshevKernelLinearOperator(coefficients, basis=basis, row_nodes=nodes, column_nodes=nodes)
+        if step == 1:
+            monkeypatch.setattr(ChebyshevBasis, "terms", lambda *args: pytest.fail("recurrence"))
+        block = op.to_dense()
+        exact = exact_kernel_matrix(family, GRAPH)[nodes][:, nodes]
+        torch.testing.assert_close(block, exact.detach(), rtol=0, atol=1e-11)
+        (gradient,) = torch.autograd.grad(block.sum(), family.raw_gamma)
+        (expected,) = torch.autograd.grad(exact.sum(), family.raw_gamma)
+        torch.testing.assert_close(gradient, expected, rtol=1e-8, atol=1e-10)
 
 
 def test_rows_for_pivoted_cholesky_use_one_column_recurrence():
