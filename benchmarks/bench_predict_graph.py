@@ -5,7 +5,8 @@ values of a smooth field plus noise of standard deviation 0.1; the field's wavel
 with the grid (``--field 1``: sin(r/25s) cos(c/31s) + 0.5 sin((r+c)/47s), ``--field 2``:
 cos(r/20s) sin(c/37s) + 0.4 cos((r−c)/53s), s = grid/316; field 1 on the 316 × 316 grid is
 the 10⁵-node run of ``benchmarks/RESULTS.md``). The command runs as a user would (its
-defaults, ``--threads``, ``--kernel``), in this process, on a CSV of the observations; the exact GP is
+defaults, ``--threads``, ``--kernel``; ``--kept-chebyshev-terms`` runs it under
+:class:`gp_couple.settings.kept_chebyshev_terms`), in this process, on a CSV of the observations; the exact GP is
 :func:`gp_couple.recipes.fit_graph_gp` with ``kernel="exact"`` (dense eigendecomposition, to
 the same stopping rule), predicting every node in float64. Both are scored at the unobserved
 nodes: RMSE against the noisy values and the latent field, NLPD of the noisy values, the mean
@@ -78,15 +79,18 @@ def exact_gp(side: int, nodes: np.ndarray, values: np.ndarray) -> dict:
             "training seconds": trained}
 
 
-def command(side: int, nodes: np.ndarray, values: np.ndarray, threads: int, folder: Path, kernel: str = "auto") -> dict:
+def command(side: int, nodes: np.ndarray, values: np.ndarray, threads: int, folder: Path, kernel: str = "auto",
+            kept_terms: int | None = None) -> dict:
     from gp_couple.cli import main
+    from gp_couple.settings import kept_chebyshev_terms
 
     observations, output, report = folder / "values.csv", folder / "predictions.npy", folder / "report.json"
     np.savetxt(observations, np.c_[nodes, values], delimiter=",", header="node,value", comments="",
                fmt=["%d", "%.10f"])
     start = time.perf_counter()
-    code = main(["predict-graph", "--graph", f"grid:{side}x{side}", "--observations", str(observations),
-                 "--output", str(output), "--kernel", kernel, "--threads", str(threads), "--json", str(report)])
+    with kept_chebyshev_terms(kept_chebyshev_terms.value() if kept_terms is None else kept_terms):
+        code = main(["predict-graph", "--graph", f"grid:{side}x{side}", "--observations", str(observations),
+                     "--output", str(output), "--kernel", kernel, "--threads", str(threads), "--json", str(report)])
     if code != 0:
         raise RuntimeError(f"gp-couple predict-graph exited with {code}")
     wall = time.perf_counter() - start
@@ -111,13 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-exact", action="store_true")
     parser.add_argument("--kernel", choices=("auto", "matrix_free", "grf"), default="auto",
                         help="the command's --kernel")
+    parser.add_argument("--kept-chebyshev-terms", type=int, default=None,
+                        help="run the command under gp_couple.settings.kept_chebyshev_terms(this many numbers)")
     args = parser.parse_args(argv)
     nodes, values, latent, noisy = field(args.grid, args.observed, args.seed, args.field)
     test = np.setdiff1d(np.arange(args.grid ** 2), nodes)
     result: dict = {"grid": args.grid, "observed": args.observed, "seed": args.seed, "field": args.field,
-                    "threads": args.threads, "kernel": args.kernel}
+                    "threads": args.threads, "kernel": args.kernel, "kept_chebyshev_terms": args.kept_chebyshev_terms}
     with tempfile.TemporaryDirectory() as folder:
-        run = command(args.grid, nodes, values, args.threads, Path(folder), args.kernel)
+        run = command(args.grid, nodes, values, args.threads, Path(folder), args.kernel, args.kept_chebyshev_terms)
     result["command"] = {**score(run["mean"], run["variance"], test, latent, noisy), "report": run["report"],
                          "wall seconds": run["wall seconds"]}
     if not args.skip_exact:

@@ -79,10 +79,36 @@ from typing import Any
 import gpytorch
 from linear_operator.settings import _value_context
 
-from ._checks import check_nonnegative
+from ._checks import check_int, check_nonnegative
 
 __all__ = ["GRFGPSettings", "available_cpus", "busy_cpus", "flush_denormals", "grf_gp_settings",
-           "preconditioner_pivot_reuse", "threads", "threads_for_load"]
+           "kept_chebyshev_terms", "preconditioner_pivot_reuse", "threads", "threads_for_load"]
+
+
+class kept_chebyshev_terms(_value_context):
+    r"""Most numbers of hyperparameter-free Chebyshev terms the matrix-free exact kernel keeps.
+
+    :class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel` keeps the terms
+    :math:`T_j(\widetilde{\mathbf W})_{AB}` of the dense blocks it is asked for (the training
+    covariance on the dense, Cholesky path), so that every later evaluation and gradient on the
+    same nodes is a sum over them rather than a recurrence on the graph, and a product's forward
+    pass keeps its terms' rows for its backward (:mod:`gp_couple.operators.chebyshev`). Both are
+    bounded by this many float64 numbers: :math:`(J + 1)|A||B|` for a block of degree
+    :math:`J` (and :math:`2N|B|` more, on a graph of :math:`N` nodes, to extend it as the degree
+    grows). The default, :math:`2^{25}` (256 MiB), covers about 500 observed nodes at degree
+    130; with more memory, raise it for more observed nodes (2,000 at degree 140 need
+    :math:`5.6 \cdot 10^8`, 4.5 GB). Use as ``with kept_chebyshev_terms(1 << 29): ...``;
+    0 keeps nothing (every evaluation runs its recurrences).
+
+    :param entries: The bound, a non-negative integer.
+    :raises TypeError: If ``entries`` is not an integer.
+    :raises ValueError: If ``entries`` is negative.
+    """
+
+    _global_value: int = 1 << 25
+
+    def __init__(self, entries: int) -> None:
+        super().__init__(check_int("entries", entries, minimum=0))
 
 
 class preconditioner_pivot_reuse(_value_context):

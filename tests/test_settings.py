@@ -214,3 +214,31 @@ def test_fit_gp_and_predict_flush_subnormals_and_leave_the_thread_as_they_found_
     assert seen and not any(seen) and _subnormal_survives()
     predict(model, likelihood, [1, 3])
     assert _subnormal_survives()
+
+
+def test_kept_chebyshev_terms_bounds_the_kept_blocks_and_restores_on_exit():
+    """Within the bound the training block's terms are kept; under a smaller bound (or 0) nothing
+    is kept and the block is still exact; the value is restored on exit and checked on entry."""
+    from gp_couple.exact import exact_kernel_matrix
+    from gp_couple.graphs import grid_graph
+    from gp_couple.kernel_families import Diffusion
+    from gp_couple.operators import ChebyshevBasis, ChebyshevKernelLinearOperator, chebyshev_expansion
+    from gp_couple.settings import kept_chebyshev_terms
+
+    graph, nodes = grid_graph(5, 6), torch.tensor([0, 4, 9, 17, 22, 29])
+    family = Diffusion(1.3).double()
+    coefficients = chebyshev_expansion(family, 1e-12).coefficients.detach()
+    exact = exact_kernel_matrix(family, graph).detach()[nodes][:, nodes]
+    default = kept_chebyshev_terms.value()
+    assert default == 1 << 25
+    for bound, kept in [(default, True), (coefficients.numel() * 36 - 1, False), (0, False)]:
+        basis = ChebyshevBasis(graph.normalized_adjacency())
+        with kept_chebyshev_terms(bound):
+            block = ChebyshevKernelLinearOperator(coefficients, basis=basis, row_nodes=nodes,
+                                                  column_nodes=nodes).to_dense()
+        torch.testing.assert_close(block, exact, rtol=0, atol=1e-11)
+        assert (basis._kept_blocks is not None) == kept
+        assert kept_chebyshev_terms.value() == default
+    for value, error in [(-1, ValueError), (2.5, TypeError), (True, TypeError)]:
+        with pytest.raises(error, match="entries"):
+            kept_chebyshev_terms(value)

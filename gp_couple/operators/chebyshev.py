@@ -42,17 +42,10 @@ from linear_operator.operators import LinearOperator
 from linear_operator.utils.getitem import _is_noop_index, _noop_index
 from torch import Tensor
 
+from ..settings import kept_chebyshev_terms
 from .chebyshev_basis import BLOCK_ENTRIES, ChebyshevBasis, one_hot_columns
 
-__all__ = ["KEPT_TERM_ENTRIES", "ChebyshevKernelLinearOperator"]
-
-#: Most numbers of the terms' rows :math:`(T_j\mathbf X)_A` kept (256 MiB in float64): by a product's
-#: forward pass for its backward, so that the gradient with respect to the coefficients costs no
-#: second recurrence, and by the basis for dense blocks :math:`T_j(\widetilde{\mathbf W})_{AB}`
-#: (:meth:`~gp_couple.operators.ChebyshevBasis.block`), so that a sequence of dense
-#: evaluations on the same nodes runs the recurrence once.
-KEPT_TERM_ENTRIES = 1 << 25
-
+__all__ = ["ChebyshevKernelLinearOperator"]
 
 class _ChebyshevProduct(torch.autograd.Function):
     r""":math:`\mathbf Y = \sum_j c_j T_j(\widetilde{\mathbf W})\mathbf X` with a recurrence-based backward.
@@ -66,7 +59,7 @@ class _ChebyshevProduct(torch.autograd.Function):
     over :math:`j` then run on them alone, in the forward and the backward pass. With
     ``keep_terms`` as well, the forward pass keeps the terms' rows, so that the gradient
     with respect to the coefficients needs no second recurrence (the caller bounds their
-    memory, :data:`KEPT_TERM_ENTRIES`).
+    memory, :class:`~gp_couple.settings.kept_chebyshev_terms`).
     """
 
     @staticmethod
@@ -122,7 +115,7 @@ class ChebyshevKernelLinearOperator(LinearOperator):
     * The diagonal of a symmetric block is :math:`\mathbf D_A\mathbf c` with the
       hyperparameter-free table :math:`(\mathbf D_A)_{aj} = T_j(\widetilde{\mathbf W})_{A_aA_a}`
       cached by the :class:`ChebyshevBasis` (:meth:`ChebyshevBasis.diagonal`).
-    * Dense blocks within :data:`KEPT_TERM_ENTRIES` are sums over the basis's kept stack of
+    * Dense blocks within :class:`~gp_couple.settings.kept_chebyshev_terms` are sums over the basis's kept terms
       :math:`T_j(\widetilde{\mathbf W})_{AB}` (:meth:`to_dense`).
     * Entries and rows (e.g. for the pivoted-Cholesky preconditioner) run the recurrence
       on the one-hot columns of whichever side has fewer distinct nodes
@@ -189,11 +182,12 @@ class ChebyshevKernelLinearOperator(LinearOperator):
     def _product_rows(self, block: Tensor, total_columns: int) -> Tensor:
         r"""The rows :math:`A` of :math:`\sum_j c_j T_j\mathbf X` (accumulated on those rows alone
         when the batch shares them; the terms' rows kept for the backward pass when, over the
-        ``total_columns`` of every block of this product, they fit in :data:`KEPT_TERM_ENTRIES`)."""
+        ``total_columns`` of every block of this product, they fit in
+        :class:`~gp_couple.settings.kept_chebyshev_terms`)."""
         if self._shared_rows():
             kept = (self.degree + 1) * self.row_nodes.numel() * total_columns * max(1, self.batch_shape.numel())
             return _ChebyshevProduct.apply(self.coefficients, block, self.basis, self.row_nodes,
-                                           kept <= KEPT_TERM_ENTRIES)
+                                           kept <= kept_chebyshev_terms.value())
         return self._gather(self.row_nodes, _ChebyshevProduct.apply(self.coefficients, block, self.basis))
 
     def _shared_rows(self) -> bool:
@@ -322,8 +316,9 @@ class ChebyshevKernelLinearOperator(LinearOperator):
 
         Costs :math:`J\,\mathrm{nnz}\,\min(|A|, |B|)` and :math:`O(N\,\mathrm{chunk})` memory; meant for
         the small blocks that gpytorch's Cholesky path asks for. Where the hyperparameter-free
-        blocks :math:`T_j(\widetilde{\mathbf W})_{AB}` fit in :data:`KEPT_TERM_ENTRIES`, the block is
-        their sum :math:`\sum_j c_j T_j(\widetilde{\mathbf W})_{AB}` over the stack the basis keeps
+        blocks :math:`T_j(\widetilde{\mathbf W})_{AB}` fit in
+        :class:`~gp_couple.settings.kept_chebyshev_terms`, the block is their sum
+        :math:`\sum_j c_j T_j(\widetilde{\mathbf W})_{AB}` over the terms the basis keeps
         (:meth:`~gp_couple.operators.ChebyshevBasis.block`): in training, every evaluation on
         the same nodes after the first costs :math:`(J + 1)|A||B|`, and so does its gradient.
         """
@@ -339,7 +334,7 @@ class ChebyshevKernelLinearOperator(LinearOperator):
             # K_AB = K_BA^T: one-hot recurrences on the side with fewer distinct nodes.
             return self._transpose_nonbatch().to_dense().mT
         if self._shared_rows():
-            block = self.basis.block(self.coefficients, self.row_nodes, distinct, KEPT_TERM_ENTRIES)
+            block = self.basis.block(self.coefficients, self.row_nodes, distinct, kept_chebyshev_terms.value())
             if block is not None:
                 return block[..., position]
         chunk = max(1, BLOCK_ENTRIES // (3 * self.basis.num_nodes * max(1, self.batch_shape.numel())))

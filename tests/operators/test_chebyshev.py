@@ -22,6 +22,7 @@ from gp_couple.kernel_families import (
     RegularisedLaplacian,
 )
 from gp_couple.operators import ChebyshevBasis, ChebyshevKernelLinearOperator, chebyshev_basis, chebyshev_expansion
+from gp_couple.settings import kept_chebyshev_terms
 
 GRAPH = grid_graph(4, 5)
 BASIS = ChebyshevBasis(GRAPH.normalized_adjacency())
@@ -286,7 +287,7 @@ def test_dense_block_gradients_on_every_path(monkeypatch, path):
     from gp_couple.operators import chebyshev
 
     if path == "second recurrence":
-        monkeypatch.setattr(chebyshev, "KEPT_TERM_ENTRIES", 0)
+        monkeypatch.setattr(kept_chebyshev_terms, "_global_value", 0)
     if path == "kept terms":
         monkeypatch.setattr(ChebyshevBasis, "block", lambda *args: None)
     monkeypatch.setattr(chebyshev, "BLOCK_ENTRIES", 3 * GRAPH.num_nodes * 2)  # two columns per product
