@@ -56,9 +56,10 @@ from .kernels.walk_schedule import (
 from .models import GraphGP, fit_gp
 from .optimize import Convergence, TrainingHistory
 from .predictive_variance import DENSE_VARIANCE_SIZE
-from .settings import grf_gp_settings
+from .settings import grf_gp_settings, kept_chebyshev_terms
 
-__all__ = ["GRAPH_KERNELS", "MATRIX_FREE_MIN_NODES", "MATRIX_FREE_NODES_PER_OBSERVED", "choose_graph_kernel",
+__all__ = ["GRAPH_KERNELS", "KEPT_TERMS_DEGREE", "MATRIX_FREE_MIN_NODES", "MATRIX_FREE_NODES_PER_OBSERVED",
+           "MATRIX_FREE_NODES_PER_OBSERVED_KEPT", "choose_graph_kernel", "matrix_free_nodes_per_observed",
            "fit_graph_gp", "fit_graph_kernel", "fit_grf_gp"]
 
 _logger = logging.getLogger(__name__)
@@ -66,6 +67,12 @@ _logger = logging.getLogger(__name__)
 #: Graph nodes per observed node up to which :func:`choose_graph_kernel` picks the
 #: matrix-free exact kernel rather than the GRF recipe.
 MATRIX_FREE_NODES_PER_OBSERVED = 15
+#: The same where the matrix-free kernel's training keeps its terms (:data:`KEPT_TERMS_DEGREE`).
+MATRIX_FREE_NODES_PER_OBSERVED_KEPT = 50
+#: Chebyshev degree up to which the terms of the observed nodes' covariance, :math:`(J + 1)n^2`
+#: numbers, must fit :class:`~gp_couple.settings.kept_chebyshev_terms` for
+#: :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` to apply (1,024 observed nodes at the default bound).
+KEPT_TERMS_DEGREE = 31
 #: Graphs of at most this many nodes get the matrix-free exact kernel however few nodes are observed.
 MATRIX_FREE_MIN_NODES = 20_000
 
@@ -159,7 +166,12 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
     for that with walks and a dense factor of the training covariance. So the crossover
     grows with the observed nodes; the limits are the measured crossovers of the two, both
     trained to convergence (``benchmarks/RESULTS.md``, "One call for every graph size" and
-    "The crossover with 10³ observed nodes").
+    "The crossover with 10³ observed nodes"). Where the terms of the observed nodes'
+    covariance up to degree :data:`KEPT_TERMS_DEGREE` fit
+    :class:`~gp_couple.settings.kept_chebyshev_terms` (at most 1,024 observed nodes at the
+    default bound), the matrix-free training runs one recurrence in all rather than one per
+    evaluation, and the limit is :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` nodes per
+    observed node (``benchmarks/RESULTS.md``, "The crossover with kept terms").
 
     With ``predict_all_nodes`` the model will predict every node of the graph (streamed,
     :mod:`gp_couple.streaming`): the exact GP's variances then need a dense factor of the
@@ -183,9 +195,22 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
     num_observed = check_int("num_observed", num_observed, 1)
     if not isinstance(predict_all_nodes, bool):
         raise TypeError(f"predict_all_nodes must be a bool, got {type(predict_all_nodes).__name__}")
-    limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED * num_observed)
+    limit = max(MATRIX_FREE_MIN_NODES, matrix_free_nodes_per_observed(num_observed) * num_observed)
     exact = graph.num_nodes <= limit and (not predict_all_nodes or num_observed <= DENSE_VARIANCE_SIZE)
     return "matrix_free" if exact else "grf"
+
+
+def matrix_free_nodes_per_observed(num_observed: int) -> int:
+    """Graph nodes per observed node up to which :func:`choose_graph_kernel` picks the matrix-free exact kernel.
+
+    :param num_observed: Number of observed nodes (at least 1; not checked).
+    :return: :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` where the observed nodes' covariance
+        terms up to degree :data:`KEPT_TERMS_DEGREE` fit
+        :class:`~gp_couple.settings.kept_chebyshev_terms`, else
+        :data:`MATRIX_FREE_NODES_PER_OBSERVED`.
+    """
+    kept = (KEPT_TERMS_DEGREE + 1) * num_observed ** 2 <= kept_chebyshev_terms.value()
+    return MATRIX_FREE_NODES_PER_OBSERVED_KEPT if kept else MATRIX_FREE_NODES_PER_OBSERVED
 
 
 def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
@@ -241,7 +266,7 @@ def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_
     if kernel == "auto":
         _logger.info("fit_graph_gp: the %s kernel for a graph of %d nodes with %d observed (matrix-free up to "
                      "%d nodes per observed node, or %d nodes)", chosen, graph.num_nodes, train.size,
-                     MATRIX_FREE_NODES_PER_OBSERVED, MATRIX_FREE_MIN_NODES)
+                     matrix_free_nodes_per_observed(train.size), MATRIX_FREE_MIN_NODES)
     family = Diffusion(1.0) if kernel_family is None else kernel_family
     if chosen == "grf":
         return fit_grf_gp(graph, train_nodes, train_targets, predict_nodes=predict_nodes, iterations=iterations,

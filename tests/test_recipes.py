@@ -14,13 +14,16 @@ from gp_couple.graphs import grid_graph
 from gp_couple.kernels import ExactGraphKernel, GRFKernel, MatrixFreeGraphKernel
 from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood
 from gp_couple.recipes import (
+    KEPT_TERMS_DEGREE,
     MATRIX_FREE_MIN_NODES,
     MATRIX_FREE_NODES_PER_OBSERVED,
+    MATRIX_FREE_NODES_PER_OBSERVED_KEPT,
     choose_graph_kernel,
     fit_graph_gp,
     fit_graph_kernel,
     fit_grf_gp,
 )
+from gp_couple.settings import kept_chebyshev_terms
 
 GRAPH = grid_graph(12, 12)
 #: Small GRF walker counts, so that the GRF tests run in seconds.
@@ -62,6 +65,15 @@ def test_auto_chooses_the_matrix_free_kernel_up_to_its_limit_and_grf_above():
     observed = 10_000
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed), observed) == "matrix_free"
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed + 1), observed) == "grf"
+    # Where the observed nodes' covariance terms fit the kept-terms bound, it is higher.
+    kept = 1024  # (KEPT_TERMS_DEGREE + 1) kept^2 = 2^25, the default bound
+    assert (KEPT_TERMS_DEGREE + 1) * kept ** 2 == kept_chebyshev_terms.value()
+    for observed, per_node in [(kept, MATRIX_FREE_NODES_PER_OBSERVED_KEPT), (kept + 1, MATRIX_FREE_NODES_PER_OBSERVED)]:
+        limit = max(MATRIX_FREE_MIN_NODES, per_node * observed)
+        assert choose_graph_kernel(path_graph(limit), observed) == "matrix_free"
+        assert choose_graph_kernel(path_graph(limit + 1), observed) == "grf"
+    with kept_chebyshev_terms(0):  # nothing kept: the recurrences run in every evaluation
+        assert choose_graph_kernel(path_graph(MATRIX_FREE_MIN_NODES + 1), kept) == "grf"
     for bad in (0, -5):
         with pytest.raises(ValueError, match="num_observed must be >= 1"):
             choose_graph_kernel(small, bad)

@@ -460,9 +460,9 @@ def _predict_graph(parser: argparse.ArgumentParser) -> Columns:
     parser.add_argument("--kernel", choices=PREDICT_GRAPH_KERNELS, default="auto",
                         help="the GP: matrix_free, the exact GP (a dense factor of the observed nodes' covariance, "
                              "at most 10,000 of them); grf, the GRF-GP (sharded walks; any size); auto (default): "
-                             "matrix_free on graphs of at most 20,000 nodes or 15 nodes per observed node, with "
-                             "at most 10,000 observed, grf above or when a GRF option (the walker options below) is "
-                             "given")
+                             "matrix_free on graphs of at most 20,000 nodes or 15 nodes per observed node (50 "
+                             "with at most 1,024 observed), with at most 10,000 observed, grf above or when a GRF "
+                             "option (the walker options below) is given")
     parser.add_argument("--iterations", type=non_negative_int, default=200,
                         help="most L-BFGS iterations (of each training phase of the GRF-GP); stops on convergence")
     parser.add_argument("--train-walkers", type=walkers_int, default=None,

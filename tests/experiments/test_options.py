@@ -56,14 +56,22 @@ def test_predict_graph_help_states_the_librarys_kernel_choice() -> None:
     import argparse
 
     from gp_couple.predictive_variance import DENSE_VARIANCE_SIZE
-    from gp_couple.recipes import GRAPH_KERNELS, MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED
+    from gp_couple.recipes import (
+        GRAPH_KERNELS,
+        MATRIX_FREE_MIN_NODES,
+        MATRIX_FREE_NODES_PER_OBSERVED,
+        MATRIX_FREE_NODES_PER_OBSERVED_KEPT,
+        matrix_free_nodes_per_observed,
+    )
 
     assert set(_options.PREDICT_GRAPH_KERNELS) <= set(GRAPH_KERNELS)
     parser = argparse.ArgumentParser()
     _options.COMMAND_OPTIONS["predict-graph"](parser)
     (kernel,) = [action for action in parser._actions if action.dest == "kernel"]
-    assert (f"at most {MATRIX_FREE_MIN_NODES:,} nodes or {MATRIX_FREE_NODES_PER_OBSERVED} nodes per observed node, "
-            f"with at most {DENSE_VARIANCE_SIZE:,} observed") in " ".join(kernel.help.split())
+    kept = max(n for n in range(1, 5000) if matrix_free_nodes_per_observed(n) == MATRIX_FREE_NODES_PER_OBSERVED_KEPT)
+    assert (f"at most {MATRIX_FREE_MIN_NODES:,} nodes or {MATRIX_FREE_NODES_PER_OBSERVED} nodes per observed node "
+            f"({MATRIX_FREE_NODES_PER_OBSERVED_KEPT} with at most {kept:,} observed), with at most "
+            f"{DENSE_VARIANCE_SIZE:,} observed") in " ".join(kernel.help.split())
 
 
 @pytest.mark.parametrize("dataset, label, title", [("boston", "boston", "UCI boston"),
