@@ -240,8 +240,8 @@ class ChebyshevBasis:
         degree_kept = max(degree, min(2 * math.ceil(1.25 * degree / 2), max_entries // size - 1))
         if kept is None or kept.ends is None:
             self._kept_blocks = None  # released before new terms are allocated
-            chunks = math.ceil(columns.numel() / max(1, BLOCK_ENTRIES // (3 * self.num_nodes)))
-            kept = _KeptBlocks(rows.clone(), columns.clone(), [[] for _ in range(chunks)], -1)
+            chunk = max(1, BLOCK_ENTRIES // (3 * self.num_nodes))
+            kept = _KeptBlocks(rows.clone(), columns.clone(), chunk, [[] for _ in range(0, columns.numel(), chunk)], -1)
         first = kept.degree + 1
         ends = []
         for index, chunk_columns in enumerate(kept.chunk_columns()):
@@ -260,7 +260,7 @@ class ChebyshevBasis:
             kept.segments[index].append((first, segment))
             ends.append((previous, current))
         keep_ends = degree_kept >= 1 and 2 * self.num_nodes * columns.numel() <= max_entries
-        self._kept_blocks = _KeptBlocks(kept.rows, kept.columns, kept.segments, degree_kept,
+        self._kept_blocks = _KeptBlocks(kept.rows, kept.columns, kept.chunk, kept.segments, degree_kept,
                                         ends if keep_ends else None)
         return self._kept_blocks.up_to(degree)
 
@@ -457,19 +457,20 @@ def _layout(nnz: int, width: int) -> torch.layout:
 
 @dataclass
 class _KeptBlocks:
-    """The terms of :meth:`ChebyshevBasis.block` for one pair of node sets: per chunk of columns,
-    segments of consecutive degrees up to ``degree``, and the chunk's last two terms on the whole
-    graph (``ends``; ``None`` where they are not kept)."""
+    """The terms of :meth:`ChebyshevBasis.block` for one pair of node sets: per chunk of ``chunk``
+    columns, segments of consecutive degrees up to ``degree``, and the chunk's last two terms on the
+    whole graph (``ends``; ``None`` where they are not kept)."""
 
     rows: Tensor
     columns: Tensor
+    chunk: int
     segments: list[list[tuple[int, Tensor]]]
     degree: int
     ends: list[tuple[Tensor, Tensor]] | None = None
 
     def chunk_columns(self) -> tuple[Tensor, ...]:
         """The columns of every chunk."""
-        return torch.split(self.columns, math.ceil(self.columns.numel() / len(self.segments)))
+        return torch.split(self.columns, self.chunk)
 
     def up_to(self, degree: int) -> list[list[tuple[int, Tensor]]]:
         """The segments of every chunk, cut at ``degree``."""
