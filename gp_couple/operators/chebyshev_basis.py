@@ -238,8 +238,10 @@ class ChebyshevBasis:
             self._kept_blocks = None
             return None
         degree_kept = max(degree, min(2 * math.ceil(1.25 * degree / 2), max_entries // size - 1))
+        # Released while the terms grow: the end terms are overwritten in place, so an exception
+        # part of the way leaves nothing kept rather than ends that no longer match the degree.
+        self._kept_blocks = None
         if kept is None or kept.ends is None:
-            self._kept_blocks = None  # released before new terms are allocated
             chunk = max(1, BLOCK_ENTRIES // (3 * self.num_nodes))
             kept = _KeptBlocks(rows.clone(), columns.clone(), chunk, [[] for _ in range(0, columns.numel(), chunk)], -1)
         first = kept.degree + 1

@@ -358,6 +358,31 @@ def test_block_terms_are_kept_for_one_pair_of_node_sets_with_headroom(monkeypatc
     assert set(steps) == {("terms", 6)} and torch.equal(basis._kept_blocks.rows, columns)
 
 
+def test_block_terms_interrupted_while_growing_are_released(monkeypatch):
+    """An exception part of the way through continuing the recurrence (whose end terms are overwritten
+    in place) leaves nothing kept, and the next request is exact."""
+    graph = grid_graph(5, 6)
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    matrices = chebyshev_matrices(30, graph)
+    rows, columns = torch.tensor([3, 0, 19, 11]), torch.tensor([7, 2, 16])
+    coefficients = torch.randn(15, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    basis.block(coefficients[:9], rows, columns, 10**6)
+    continued = ChebyshevBasis._continued_terms
+
+    def failing(*args, **kwargs):
+        terms = continued(*args, **kwargs)
+        yield next(terms)
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr(ChebyshevBasis, "_continued_terms", staticmethod(failing))
+    with pytest.raises(MemoryError):
+        basis.block(coefficients, rows, columns, 10**6)
+    assert basis._kept_blocks is None
+    monkeypatch.setattr(ChebyshevBasis, "_continued_terms", staticmethod(continued))
+    expected = torch.einsum("j,jab->ab", coefficients, matrices[:15][:, rows][:, :, columns])
+    torch.testing.assert_close(basis.block(coefficients, rows, columns, 10**6), expected, rtol=0, atol=1e-12)
+
+
 def test_dense_evaluations_on_the_same_nodes_run_one_recurrence(monkeypatch):
     """As in training: blocks on the same nodes at new hyperparameters are sums over the kept stack,
     exact with their gradients, and no further recurrence runs."""
