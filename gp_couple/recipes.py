@@ -72,7 +72,7 @@ MATRIX_FREE_NODES_PER_OBSERVED_KEPT = 50
 #: Chebyshev degree up to which the terms of the observed nodes' covariance, :math:`(J + 1)n^2`
 #: numbers, must fit :class:`~gp_couple.settings.kept_chebyshev_terms` for
 #: :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` to apply (1,024 observed nodes at the default bound).
-KEPT_TERMS_DEGREE = 31
+KEPT_TERMS_DEGREE = 63
 #: Graphs of at most this many nodes get the matrix-free exact kernel however few nodes are observed.
 MATRIX_FREE_MIN_NODES = 20_000
 

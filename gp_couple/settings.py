@@ -95,17 +95,18 @@ class kept_chebyshev_terms(_value_context):
     pass keeps its terms' rows for its backward (:mod:`gp_couple.operators.chebyshev`). Both are
     bounded by this many float64 numbers: :math:`(J + 1)|A||B|` for a block of degree
     :math:`J` (and :math:`2N|B|` more, on a graph of :math:`N` nodes, to extend it as the degree
-    grows). The default, :math:`2^{25}` (256 MiB), covers about 500 observed nodes at degree
-    130; with more memory, raise it for more observed nodes (2,000 at degree 140 need
-    :math:`5.6 \cdot 10^8`, 4.5 GB). Use as ``with kept_chebyshev_terms(1 << 29): ...``;
-    0 keeps nothing (every evaluation runs its recurrences).
+    grows). The default, :math:`2^{26}` (512 MiB), covers about 500 observed nodes at degree
+    260, or 1,000 at degree 63; with more memory, raise it for more observed nodes (2,000 at
+    degree 140 need :math:`5.6 \cdot 10^8`, 4.5 GB), or lower it where memory is short (the
+    training then runs its recurrences per evaluation, as it does beyond the bound). Use as
+    ``with kept_chebyshev_terms(1 << 29): ...``; 0 keeps nothing.
 
     :param entries: The bound, a non-negative integer.
     :raises TypeError: If ``entries`` is not an integer.
     :raises ValueError: If ``entries`` is negative.
     """
 
-    _global_value: int = 1 << 25
+    _global_value: int = 1 << 26
 
     def __init__(self, entries: int) -> None:
         super().__init__(check_int("entries", entries, minimum=0))

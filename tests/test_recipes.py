@@ -66,7 +66,7 @@ def test_auto_chooses_the_matrix_free_kernel_up_to_its_limit_and_grf_above():
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed), observed) == "matrix_free"
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed + 1), observed) == "grf"
     # Where the observed nodes' covariance terms fit the kept-terms bound, it is higher.
-    kept = 1024  # (KEPT_TERMS_DEGREE + 1) kept^2 = 2^25, the default bound
+    kept = 1024  # (KEPT_TERMS_DEGREE + 1) kept^2 = 2^26, the default bound
     assert (KEPT_TERMS_DEGREE + 1) * kept ** 2 == kept_chebyshev_terms.value()
     for observed, per_node in [(kept, MATRIX_FREE_NODES_PER_OBSERVED_KEPT), (kept + 1, MATRIX_FREE_NODES_PER_OBSERVED)]:
         limit = max(MATRIX_FREE_MIN_NODES, per_node * observed)

@@ -230,7 +230,7 @@ def test_kept_chebyshev_terms_bounds_the_kept_blocks_and_restores_on_exit():
     coefficients = chebyshev_expansion(family, 1e-12).coefficients.detach()
     exact = exact_kernel_matrix(family, graph).detach()[nodes][:, nodes]
     default = kept_chebyshev_terms.value()
-    assert default == 1 << 25
+    assert default == 1 << 26
     for bound, kept in [(default, True), (coefficients.numel() * 36 - 1, False), (0, False)]:
         basis = ChebyshevBasis(graph.normalized_adjacency())
         with kept_chebyshev_terms(bound):
