@@ -47,6 +47,7 @@ from .chebyshev_basis import BLOCK_ENTRIES, ChebyshevBasis, one_hot_columns
 
 __all__ = ["ChebyshevKernelLinearOperator"]
 
+
 class _ChebyshevProduct(torch.autograd.Function):
     r""":math:`\mathbf Y = \sum_j c_j T_j(\widetilde{\mathbf W})\mathbf X` with a recurrence-based backward.
 
