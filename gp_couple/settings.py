@@ -91,14 +91,14 @@ class kept_chebyshev_terms(_value_context):
     :class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel` keeps the terms
     :math:`T_j(\widetilde{\mathbf W})_{AB}` of the dense blocks it is asked for (the training
     covariance on the dense, Cholesky path), so that every later evaluation and gradient on the
-    same nodes is a sum over them rather than a recurrence on the graph, and a product's forward
-    pass keeps its terms' rows for its backward (:mod:`gp_couple.operators.chebyshev`). Both are
-    bounded by this many float64 numbers: :math:`(J + 1)|A||B|` for a block of degree
-    :math:`J` (and :math:`2N|B|` more, on a graph of :math:`N` nodes, to extend it as the degree
-    grows). The default, :math:`2^{26}` (512 MiB), covers about 500 observed nodes at degree
-    260, or 1,000 at degree 63; with more memory, raise it for more observed nodes (2,000 at
-    degree 140 need :math:`5.6 \cdot 10^8`, 4.5 GB), or lower it where memory is short (the
-    training then runs its recurrences per evaluation, as it does beyond the bound). Use as
+    same nodes is a sum over them rather than a recurrence on the graph
+    (:meth:`gp_couple.operators.ChebyshevBasis.block`). They are bounded by this many float64
+    numbers: :math:`(J + 1)|A||B|` for a block of degree :math:`J` (and :math:`2N|B|` more, on a
+    graph of :math:`N` nodes, to extend it as the degree grows). The default, :math:`2^{26}`
+    (512 MiB), covers about 500 observed nodes at degree 260, or 1,000 at degree 63; with more
+    memory, raise it for more observed nodes (2,000 at degree 140 need
+    :math:`5.6 \cdot 10^8`, 4.5 GB), or lower it where memory is short (the training then runs
+    its recurrences per evaluation, as it does beyond the bound). Use as
     ``with kept_chebyshev_terms(1 << 29): ...``; 0 keeps nothing.
 
     :param entries: The bound, a non-negative integer.

@@ -6,7 +6,8 @@ The values are standardised and a diffusion-kernel GP is trained on them to conv
 
 * ``--kernel auto`` (the default) chooses by :func:`gp_couple.recipes.choose_graph_kernel`
   for predicting every node: the exact GP on graphs of at most 20,000 nodes or 15 nodes per
-  observed node, with at most 10,000 observed, the GRF-GP above (or whenever a GRF option
+  observed node (50 with at most 1,024 observed, :func:`gp_couple.recipes.matrix_free_nodes_per_observed`),
+  with at most 10,000 observed, the GRF-GP above (or whenever a GRF option
   such as ``--predict-walkers`` is given);
 * ``--kernel matrix_free``: the exact GP (:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`,
   trained by :func:`gp_couple.recipes.fit_graph_kernel` on every process), streamed by

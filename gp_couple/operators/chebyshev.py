@@ -57,40 +57,34 @@ class _ChebyshevProduct(torch.autograd.Function):
     is symmetric), :math:`O(N t)` memory. ``block`` may also be int64 node indices,
     standing for their one-hot columns (then it is not saved as a dense block). With
     ``rows`` (int64 node indices) only those rows of :math:`\mathbf Y` are formed: the sums
-    over :math:`j` then run on them alone, in the forward and the backward pass. With
-    ``keep_terms`` as well, the forward pass keeps the terms' rows, so that the gradient
-    with respect to the coefficients needs no second recurrence (the caller bounds their
-    memory, :class:`~gp_couple.settings.kept_chebyshev_terms`).
+    over :math:`j` then run on them alone, in the forward and the backward pass. (Dense
+    blocks whose terms fit in memory avoid the second recurrence altogether:
+    :meth:`ChebyshevKernelLinearOperator.to_dense`.)
     """
 
     @staticmethod
     def forward(ctx: Any, coefficients: Tensor, block: Tensor, basis: ChebyshevBasis,
-                rows: Tensor | None = None, keep_terms: bool = False) -> Tensor:
+                rows: Tensor | None = None) -> Tensor:
         ctx.basis = basis
         ctx.rows = rows
         ctx.save_for_backward(coefficients, block)
-        ctx.kept_terms = [] if rows is not None and keep_terms and ctx.needs_input_grad[0] else None
-        return basis.combine(coefficients, _dense_block(block, basis.num_nodes, coefficients.dtype), rows,
-                             ctx.kept_terms)
+        return basis.combine(coefficients, _dense_block(block, basis.num_nodes, coefficients.dtype), rows)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
         coefficients, block = ctx.saved_tensors
         basis: ChebyshevBasis = ctx.basis
         rows: Tensor | None = ctx.rows
         grad_coefficients = grad_block = None
         if ctx.needs_input_grad[0]:
             dense = _dense_block(block, basis.num_nodes, coefficients.dtype)
-            if ctx.kept_terms is not None:
-                moments = basis.moments_of_terms(grad, ctx.kept_terms, dense.shape[:-2], dense.shape[-1])
-            else:
-                moments = basis.moments(grad, dense, coefficients.shape[-1] - 1, rows)
+            moments = basis.moments(grad, dense, coefficients.shape[-1] - 1, rows)
             grad_coefficients = moments.sum_to_size(coefficients.shape)
         if ctx.needs_input_grad[1]:
             if rows is not None:  # the adjoint of selecting the rows: scatter (repeats add up)
                 grad = grad.new_zeros(*grad.shape[:-2], basis.num_nodes, grad.shape[-1]).index_add_(-2, rows, grad)
             grad_block = basis.combine(coefficients, grad).sum_to_size(block.shape)
-        return grad_coefficients, grad_block, None, None, None
+        return grad_coefficients, grad_block, None, None
 
 
 def _dense_block(block: Tensor, num_nodes: int, dtype: torch.dtype) -> Tensor:
@@ -177,18 +171,14 @@ class ChebyshevKernelLinearOperator(LinearOperator):
     def _matmul(self, rhs: Tensor) -> Tensor:
         vector = rhs.ndim == 1
         rhs = rhs.unsqueeze(-1) if vector else rhs
-        result = self._product_rows(self._scatter(self.column_nodes, rhs), rhs.shape[-1])
+        result = self._product_rows(self._scatter(self.column_nodes, rhs))
         return result.squeeze(-1) if vector else result
 
-    def _product_rows(self, block: Tensor, total_columns: int) -> Tensor:
+    def _product_rows(self, block: Tensor) -> Tensor:
         r"""The rows :math:`A` of :math:`\sum_j c_j T_j\mathbf X` (accumulated on those rows alone
-        when the batch shares them; the terms' rows kept for the backward pass when, over the
-        ``total_columns`` of every block of this product, they fit in
-        :class:`~gp_couple.settings.kept_chebyshev_terms`)."""
+        when the batch shares them)."""
         if self._shared_rows():
-            kept = (self.degree + 1) * self.row_nodes.numel() * total_columns * max(1, self.batch_shape.numel())
-            return _ChebyshevProduct.apply(self.coefficients, block, self.basis, self.row_nodes,
-                                           kept <= kept_chebyshev_terms.value())
+            return _ChebyshevProduct.apply(self.coefficients, block, self.basis, self.row_nodes)
         return self._gather(self.row_nodes, _ChebyshevProduct.apply(self.coefficients, block, self.basis))
 
     def _shared_rows(self) -> bool:
@@ -339,7 +329,7 @@ class ChebyshevKernelLinearOperator(LinearOperator):
             if block is not None:
                 return block[..., position]
         chunk = max(1, BLOCK_ENTRIES // (3 * self.basis.num_nodes * max(1, self.batch_shape.numel())))
-        blocks = [self._product_rows(distinct[start:start + chunk], distinct.numel())
+        blocks = [self._product_rows(distinct[start:start + chunk])
                   for start in range(0, distinct.numel(), chunk)]
         return torch.cat(blocks, dim=-1)[..., position]
 

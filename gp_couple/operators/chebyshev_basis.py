@@ -18,7 +18,7 @@ depends on the graph only, never on kernel hyperparameters.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,16 +131,13 @@ class ChebyshevBasis:
         # (*batch, N, t) -> (N, batch * t): one sparse product for every batch entry and column.
         return tensor.movedim(-2, 0).reshape(self.num_nodes, -1)
 
-    def combine(self, coefficients: Tensor, block: Tensor, rows: Tensor | None = None,
-                kept_terms: list[Tensor] | None = None) -> Tensor:
+    def combine(self, coefficients: Tensor, block: Tensor, rows: Tensor | None = None) -> Tensor:
         r""":math:`\sum_j c_j T_j(\widetilde{\mathbf W})\mathbf X`, broadcasting batches.
 
         :param coefficients: ``(*batch_c, J + 1)``.
         :param block: ``(*batch_x, N, t)``.
         :param rows: Only these rows of the result (int64 node indices, repeats allowed): the
             sum is then accumulated on them alone.
-        :param kept_terms: With ``rows``, a list that receives the rows of every term
-            :math:`T_j\mathbf X` (for :meth:`moments_of_terms`, without a second recurrence).
         :return: ``(*broadcast(batch_c, batch_x), N, t)``, or ``len(rows)`` rows.
         """
         batch_c, batch_x, width = coefficients.shape[:-1], block.shape[:-2], block.shape[-1]
@@ -148,8 +145,6 @@ class ChebyshevBasis:
         weights = coefficients.reshape(1, *([1] * (len(batch) - len(batch_c))), *batch_c, -1, 1)
         result = None
         for j, term in enumerate(self._row_terms(block, coefficients.shape[-1] - 1, rows)):
-            if kept_terms is not None and rows is not None:
-                kept_terms.append(term)
             term = term.view(term.shape[0], *([1] * (len(batch) - len(batch_x))), *batch_x, width)
             if result is None:
                 result = term * weights[..., 0, :]
@@ -169,24 +164,13 @@ class ChebyshevBasis:
             is zero elsewhere, and the sums run over these rows alone.
         :return: ``(*broadcast(batch_u, batch_x), J + 1)``.
         """
-        return self.moments_of_terms(left, self._row_terms(block, degree, rows), block.shape[:-2], block.shape[-1])
-
-    def moments_of_terms(self, left: Tensor, terms: Iterable[Tensor], batch_x: torch.Size, width: int) -> Tensor:
-        r""":meth:`moments` from the terms' rows, stacked ``(rows, batch_x * t)`` (e.g. kept by :meth:`combine`).
-
-        :param left: :math:`\mathbf U`, ``(*batch_u, rows, t)``.
-        :param terms: :math:`T_0\mathbf X, \dots, T_J\mathbf X` on those rows.
-        :param batch_x: Batch shape of :math:`\mathbf X`.
-        :param width: Its columns :math:`t`.
-        :return: ``(*broadcast(batch_u, batch_x), J + 1)``.
-        """
-        batch_u, count = left.shape[:-2], left.shape[-2]
+        batch_u, batch_x, width, count = left.shape[:-2], block.shape[:-2], block.shape[-1], left.shape[-2]
         batch = torch.broadcast_shapes(batch_u, batch_x)
         term_shape = (count, *([1] * (len(batch) - len(batch_x))), *batch_x, width)
         stacked_left = left.movedim(-2, 0).reshape(count, *([1] * (len(batch) - len(batch_u))),
                                                    *batch_u, left.shape[-1])
         moments = [torch.einsum("n...t,n...t->...", stacked_left, term.view(term_shape)).expand(batch)
-                   for term in terms]
+                   for term in self._row_terms(block, degree, rows)]
         return torch.stack(moments, dim=-1)
 
     def _row_terms(self, block: Tensor, degree: int, rows: Tensor | None) -> Iterator[Tensor]:

@@ -280,16 +280,14 @@ def test_gradients_need_no_autograd_tape_through_the_recurrence():
     torch.testing.assert_close(grad_c, torch.einsum("mt,jmn,nt->j", rhs, dense, rhs))
 
 
-@pytest.mark.parametrize("path", ["kept blocks", "kept terms", "second recurrence"])
+@pytest.mark.parametrize("path", ["kept blocks", "second recurrence"])
 def test_dense_block_gradients_on_every_path(monkeypatch, path):
-    """to_dense and its backward: from the basis's kept blocks, from the terms the forward kept, or
-    from a second recurrence (above the memory bound), each the exact kernel's gradient."""
+    """to_dense and its backward: from the basis's kept blocks, or from a second recurrence (above the
+    memory bound), each the exact kernel's gradient."""
     from gp_couple.operators import chebyshev
 
     if path == "second recurrence":
         monkeypatch.setattr(kept_chebyshev_terms, "_global_value", 0)
-    if path == "kept terms":
-        monkeypatch.setattr(ChebyshevBasis, "block", lambda *args: None)
     monkeypatch.setattr(chebyshev, "BLOCK_ENTRIES", 3 * GRAPH.num_nodes * 2)  # two columns per product
     rows, columns = torch.tensor([3, 0, 19, 3, 11]), torch.tensor([7, 2, 2, 16])
     op, family = _operator(rows, columns)
