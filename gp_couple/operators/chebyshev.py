@@ -87,6 +87,26 @@ class _ChebyshevProduct(torch.autograd.Function):
         return grad_coefficients, grad_block, None, None
 
 
+class _LocalBlock(torch.autograd.Function):
+    r""":math:`\mathbf K_{AB} = \sum_j c_j T_j(\widetilde{\mathbf W})_{AB}` from one-hot recurrences on the
+    nodes each block of columns reaches (:meth:`ChebyshevBasis.summed_block`), for blocks whose terms
+    are not kept; the backward reruns them for :math:`\partial/\partial c_j = \langle\bar{\mathbf K},
+    T_j(\widetilde{\mathbf W})_{AB}\rangle` (:meth:`ChebyshevBasis.block_moments`)."""
+
+    @staticmethod
+    def forward(ctx: Any, coefficients: Tensor, basis: ChebyshevBasis, rows: Tensor, columns: Tensor) -> Tensor:
+        ctx.basis, ctx.rows, ctx.columns = basis, rows, columns
+        ctx.shape = coefficients.shape
+        return basis.summed_block(coefficients, rows, columns)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        moments = ctx.basis.block_moments(grad, ctx.rows, ctx.columns, ctx.shape[-1] - 1)
+        return moments.to(grad.dtype).sum_to_size(ctx.shape), None, None, None
+
+
 def _dense_block(block: Tensor, num_nodes: int, dtype: torch.dtype) -> Tensor:
     return block if block.is_floating_point() else one_hot_columns(block, num_nodes, dtype)
 
@@ -312,6 +332,10 @@ class ChebyshevKernelLinearOperator(LinearOperator):
         :math:`\sum_j c_j T_j(\widetilde{\mathbf W})_{AB}` over the terms the basis keeps
         (:meth:`~gp_couple.operators.ChebyshevBasis.block`): in training, every evaluation on
         the same nodes after the first costs :math:`(J + 1)|A||B|`, and so does its gradient.
+        Where they do not fit, the block is summed as its recurrences run
+        (:meth:`~gp_couple.operators.ChebyshevBasis.summed_block`), and its backward reruns them.
+        Either way the recurrences run on the nodes within :math:`J` hops of each block of nearby
+        columns, not on the whole graph.
         """
         columns = self.column_nodes
         if columns.ndim > 1:
@@ -326,8 +350,9 @@ class ChebyshevKernelLinearOperator(LinearOperator):
             return self._transpose_nonbatch().to_dense().mT
         if self._shared_rows():
             block = self.basis.block(self.coefficients, self.row_nodes, distinct, kept_chebyshev_terms.value())
-            if block is not None:
-                return block[..., position]
+            if block is None:
+                block = _LocalBlock.apply(self.coefficients, self.basis, self.row_nodes, distinct)
+            return block[..., position]
         chunk = max(1, BLOCK_ENTRIES // (3 * self.basis.num_nodes * max(1, self.batch_shape.numel())))
         blocks = [self._product_rows(distinct[start:start + chunk])
                   for start in range(0, distinct.numel(), chunk)]

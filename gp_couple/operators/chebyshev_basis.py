@@ -108,22 +108,14 @@ class ChebyshevBasis:
         yield block
         if degree < 1:
             return
-        current = matrix @ block
+        previous, current = block, matrix @ block
         yield current
-        yield from self._continued_terms(matrix, block, current, degree - 1, own_previous=False)
-
-    @staticmethod
-    def _continued_terms(matrix: Tensor, previous: Tensor, current: Tensor, steps: int,
-                         own_previous: bool = True) -> Iterator[Tensor]:
-        """The next ``steps`` terms after :math:`T_{j-1}\\mathbf X` (``previous``) and :math:`T_j\\mathbf X`
-        (``current``), each written over the buffer of the term two before it (``previous``'s
-        own buffer only if ``own_previous``); the last two yielded stay valid after the last."""
-        for step in range(steps):
+        for step in range(degree - 1):
             if matrix.layout == torch.sparse_coo:
                 following = torch.sparse.mm(matrix, current).mul_(2).sub_(previous)
             else:
                 following = torch.addmm(previous, matrix, current, beta=-1, alpha=2,
-                                         **({"out": previous} if own_previous or step else {}))
+                                         **({"out": previous} if step else {}))
             previous, current = current, following
             yield current
 
@@ -189,10 +181,16 @@ class ChebyshevBasis:
         respect to the coefficients are sums over them, for any coefficients: the recurrence
         runs once for a sequence of evaluations on the same nodes, as in training on the dense
         (Cholesky) path. They are kept for the last pair of node sets asked for, with 25%
-        headroom in degree (within ``max_entries``). A higher degree, as training's degree
-        drifts with the hyperparameters, continues the recurrence from the last two terms on
-        the whole graph, kept too where their :math:`2N|B|` numbers are within ``max_entries``
-        (otherwise the terms are recomputed). A request for another pair releases them.
+        headroom in degree (within ``max_entries``). They come from one-hot recurrences on
+        blocks of columns that are close in the graph (:meth:`_local_blocks`), each on the
+        part of the graph it can reach: :math:`T_j\mathbf e_b` lives within :math:`j` hops of
+        :math:`b`, so step :math:`j` multiplies only the rows of :math:`\widetilde{\mathbf W}`
+        within :math:`j` hops of the block (:class:`_LocalRecurrence`), and the cost follows
+        the balls of radius :math:`J` around the columns rather than the whole graph. A higher
+        degree, as training's degree drifts with the hyperparameters, continues each block's
+        recurrence from its last two terms, kept too where their numbers are within
+        ``max_entries`` (otherwise the terms are recomputed). A request for another pair
+        releases them.
 
         :param coefficients: :math:`c_0, \dots, c_J`, ``(*batch, J + 1)`` (differentiable).
         :param rows: Node indices of :math:`A` (int64, 1-D).
@@ -200,23 +198,23 @@ class ChebyshevBasis:
         :param max_entries: Most numbers the kept terms may hold.
         :return: ``(*batch, len(rows), len(columns))`` in the coefficients' dtype, or ``None``.
         """
-        pieces = self._block_terms(rows, columns, coefficients.shape[-1] - 1, max_entries)
-        if pieces is None:
+        kept = self._block_terms(rows, columns, coefficients.shape[-1] - 1, max_entries)
+        if kept is None:
             return None
         weights = coefficients.to(torch.float64)
         block = torch.cat([sum(torch.einsum("...j,jab->...ab", weights[..., first:first + segment.shape[0]], segment)
-                               for first, segment in chunk) for chunk in pieces], dim=-1)
-        return block.to(coefficients.dtype)
+                               for first, segment in chunk) for chunk in kept.up_to(coefficients.shape[-1] - 1)],
+                          dim=-1)
+        return block[..., kept.column_order.to(block.device)].to(coefficients.dtype)
 
-    def _block_terms(self, rows: Tensor, columns: Tensor, degree: int,
-                     max_entries: int) -> list[list[tuple[int, Tensor]]] | None:
-        """The kept terms of :meth:`block` to degree :math:`J`: per chunk of columns, the segments of
-        consecutive degrees ``(first degree, (count, len(rows), chunk))``; ``None`` beyond the bound."""
+    def _block_terms(self, rows: Tensor, columns: Tensor, degree: int, max_entries: int) -> _KeptBlocks | None:
+        """The kept terms of :meth:`block`, computed or continued to at least degree :math:`J`;
+        ``None`` beyond the bound."""
         kept = self._kept_blocks
         if kept is None or not (_same_nodes(kept.rows, rows) and _same_nodes(kept.columns, columns)):
             kept = self._kept_blocks = None
         elif kept.degree >= degree:
-            return kept.up_to(degree)
+            return kept
         size = rows.numel() * columns.numel()
         if (degree + 1) * size > max_entries:
             self._kept_blocks = None
@@ -225,30 +223,89 @@ class ChebyshevBasis:
         # Released while the terms grow: the end terms are overwritten in place, so an exception
         # part of the way leaves nothing kept rather than ends that no longer match the degree.
         self._kept_blocks = None
-        if kept is None or kept.ends is None:
-            chunk = max(1, BLOCK_ENTRIES // (3 * self.num_nodes))
-            kept = _KeptBlocks(rows.clone(), columns.clone(), chunk, [[] for _ in range(0, columns.numel(), chunk)], -1)
+        if kept is None or kept.recurrences is None:
+            kept = self._new_kept_blocks(rows, columns)
         first = kept.degree + 1
-        ends = []
-        for index, chunk_columns in enumerate(kept.chunk_columns()):
-            if first:
-                previous, current = kept.ends[index]
-                new_terms = self._continued_terms(self.matrix(current, layout=_layout(self.nnz, current.shape[-1])),
-                                                  previous, current, degree_kept + 1 - first)
-            else:
-                new_terms = self.terms(one_hot_columns(chunk_columns, self.num_nodes, torch.float64), degree_kept)
-                previous = current = None
-            segment = torch.empty(degree_kept + 1 - first, rows.numel(), chunk_columns.numel(),
+        recurrences = kept.recurrences or [_LocalRecurrence(self, chunk, device=rows.device) for chunk in kept.chunks]
+        for recurrence, segments in zip(recurrences, kept.segments):
+            recurrence.extend(degree_kept)
+            targets, positions = recurrence.positions(rows)
+            segment = torch.zeros(degree_kept + 1 - first, rows.numel(), recurrence.sources.numel(),
                                   dtype=torch.float64, device=rows.device)
-            for j, term in enumerate(new_terms):
-                torch.index_select(term, 0, rows, out=segment[j])
-                previous, current = current, term
-            kept.segments[index].append((first, segment))
-            ends.append((previous, current))
-        keep_ends = degree_kept >= 1 and 2 * self.num_nodes * columns.numel() <= max_entries
-        self._kept_blocks = _KeptBlocks(kept.rows, kept.columns, kept.chunk, kept.segments, degree_kept,
-                                        ends if keep_ends else None)
-        return self._kept_blocks.up_to(degree)
+            for j, term in enumerate(recurrence.terms(degree_kept)):
+                segment[j].index_copy_(0, targets, term.index_select(0, positions))
+            segments.append((first, segment))
+        keep_ends = 2 * sum(recurrence.size * recurrence.sources.numel() for recurrence in recurrences) <= max_entries
+        self._kept_blocks = _KeptBlocks(kept.rows, kept.columns, kept.chunks, kept.column_order, kept.segments,
+                                        degree_kept, recurrences if keep_ends else None)
+        return self._kept_blocks
+
+    def _new_kept_blocks(self, rows: Tensor, columns: Tensor) -> _KeptBlocks:
+        """No terms yet for ``rows`` and ``columns``."""
+        chunks, order = self._column_blocks(columns)
+        return _KeptBlocks(rows.clone(), columns.clone(), chunks, order, [[] for _ in chunks], -1)
+
+    def summed_block(self, coefficients: Tensor, rows: Tensor, columns: Tensor) -> Tensor:
+        r"""The block :math:`\sum_j c_j\,T_j(\widetilde{\mathbf W})_{AB}` summed as the local
+        recurrences of :meth:`block` run, keeping no terms (for blocks whose terms exceed the
+        bound). Costs what :meth:`block`'s first call costs, and memory for the block and one
+        block of columns' recurrence; :meth:`block_moments` gives its gradient.
+
+        :param coefficients: :math:`c_0, \dots, c_J`, ``(*batch, J + 1)`` (not differentiated).
+        :param rows: Node indices of :math:`A` (int64, 1-D).
+        :param columns: Node indices of :math:`B` (int64, 1-D).
+        :return: ``(*batch, len(rows), len(columns))`` in the coefficients' dtype.
+        """
+        weights = coefficients.detach().to(torch.float64)
+        chunks, order = self._column_blocks(columns)
+        parts = []
+        for chunk in chunks:
+            part = torch.zeros(*weights.shape[:-1], rows.numel(), chunk.numel(), dtype=torch.float64,
+                               device=rows.device)
+            for j, (targets, values) in enumerate(self._local_row_terms(rows, chunk, weights.shape[-1] - 1)):
+                part.index_add_(-2, targets, weights[..., j, None, None] * values)
+            parts.append(part)
+        return torch.cat(parts, dim=-1)[..., order.to(rows.device)].to(coefficients.dtype)
+
+    def block_moments(self, left: Tensor, rows: Tensor, columns: Tensor, degree: int) -> Tensor:
+        r"""Moments :math:`m_j = \sum_{a, b}\mathbf G_{ab}\,T_j(\widetilde{\mathbf W})_{A_aB_b}`, the
+        gradient of :meth:`summed_block` with respect to its coefficients for the adjoint
+        :math:`\mathbf G` (``left``), from the same local recurrences.
+
+        :param left: :math:`\mathbf G`, ``(*batch, len(rows), len(columns))``.
+        :param rows: Node indices of :math:`A` (int64, 1-D).
+        :param columns: Node indices of :math:`B` (int64, 1-D).
+        :param degree: :math:`J`.
+        :return: ``(*batch, J + 1)`` float64.
+        """
+        chunks, order = self._column_blocks(columns)
+        left = left.to(torch.float64)
+        # The adjoint of gathering the columns: scatter onto the blocks' columns (repeats add up).
+        gathered = left.new_zeros(*left.shape[:-1], sum(chunk.numel() for chunk in chunks))
+        gathered.index_add_(-1, order.to(left.device), left)
+        moments = left.new_zeros(*left.shape[:-2], degree + 1)
+        for chunk, part in zip(chunks, torch.split(gathered, [c.numel() for c in chunks], dim=-1)):
+            for j, (targets, values) in enumerate(self._local_row_terms(rows, chunk, degree)):
+                moments[..., j] += (part.index_select(-2, targets) * values).sum((-2, -1))
+        return moments
+
+    def _local_row_terms(self, rows: Tensor, chunk: Tensor, degree: int) -> Iterator[tuple[Tensor, Tensor]]:
+        r"""Per :math:`j \le J`, the one-hot recurrence of ``chunk`` on the rows ``rows``: which of them
+        it reaches (indices into ``rows``) and their values of :math:`T_j\mathbf e_b`."""
+        recurrence = _LocalRecurrence(self, chunk, device=rows.device)
+        recurrence.extend(degree)
+        targets, positions = recurrence.positions(rows)
+        for term in recurrence.terms(degree):
+            yield targets, term.index_select(0, positions)
+
+    def _column_blocks(self, columns: Tensor) -> tuple[list[Tensor], Tensor]:
+        """The distinct ``columns`` in local blocks (:meth:`_local_blocks`), and where each of ``columns``
+        lies in their concatenation."""
+        distinct, position = torch.unique(columns.cpu(), return_inverse=True)
+        chunks = self._local_blocks(distinct, max(_LOCAL_BLOCK, BLOCK_ENTRIES // (3 * self.num_nodes)))
+        location = torch.empty_like(distinct)
+        location[torch.searchsorted(distinct, torch.cat(chunks))] = torch.arange(distinct.numel())
+        return chunks, location[position]
 
     # ---------------------------------------------------------------- diagonals
     def _reset_diagonals(self) -> None:
@@ -384,48 +441,25 @@ class ChebyshevBasis:
         return local, ends
 
     def _one_hot_diagonals(self, nodes: Tensor, degree: int) -> Tensor:
-        # Step m of the recurrence touches only the rows within m hops: with the local nodes sorted by
-        # distance those are a leading block, and the rows beyond it of every buffer stay zero.
         hops = (degree + 1) // 2
         count = nodes.numel()
         result = torch.empty(count, degree + 1, dtype=torch.float64, device=nodes.device)
         result[:, 0] = 1.0
         if hops == 0:
             return result
-        local, ends = self._layers(nodes, hops)
-        restricted = sp.csr_matrix(self._matrix_scipy()[local][:, local])
-        restricted.sort_indices()
-        # int32 indices, as for the whole matrix: MKL's sparse kernels would convert int64 ones on every product.
-        pointer = torch.from_numpy(restricted.indptr.astype(np.int32)).to(nodes.device)
-        columns = torch.from_numpy(restricted.indices.astype(np.int32)).to(nodes.device)
-        values = torch.from_numpy(restricted.data.astype(np.float64)).to(nodes.device)
-        size = local.size
-
-        def leading_rows(rows: int) -> Tensor:
-            end = int(restricted.indptr[rows])
-            return sparse_csr(pointer[:rows + 1], columns[:end], values[:end], (rows, size))
-
+        recurrence = _LocalRecurrence(self, nodes.cpu(), device=nodes.device)
+        recurrence.extend(hops)
         diagonal = torch.arange(count, device=nodes.device)
-        previous = torch.zeros(size, count, dtype=torch.float64, device=nodes.device)
-        previous[diagonal, diagonal] = 1.0
-        current = torch.zeros_like(previous)
-        rows = int(ends[1])
-        current[:rows] = leading_rows(rows) @ previous
-        self_loops = current[diagonal, diagonal].clone()
-        for m in range(1, hops + 1):
-            rows = int(ends[m])
-            if m >= 2:
-                # T_m = 2 W T_{m-1} - T_{m-2}, over T_{m-2}'s buffer (small products: COO, see _SMALL_PRODUCT).
-                matrix = leading_rows(rows)
-                if int(restricted.indptr[rows]) * count <= _SMALL_PRODUCT:
-                    previous[:rows] = torch.sparse.mm(matrix.to_sparse_coo(), current).mul_(2).sub_(previous[:rows])
-                else:
-                    torch.addmm(previous[:rows], matrix, current, beta=-1, alpha=2, out=previous[:rows])
-                previous, current = current, previous
-            if 2 * m - 1 <= degree:
+        self_loops = previous = None
+        for m, current in enumerate(recurrence.terms(hops)):
+            rows = recurrence.reach(m)
+            if m == 1:
+                self_loops = current[diagonal, diagonal].clone()
+            if m >= 1 and 2 * m - 1 <= degree:
                 result[:, 2 * m - 1] = 2 * (current[:rows] * previous[:rows]).sum(0) - self_loops
-            if 2 * m <= degree:
+            if m >= 1 and 2 * m <= degree:
                 result[:, 2 * m] = 2 * current[:rows].square().sum(0) - 1
+            previous = current
         return result
 
     def _matrix_scipy(self) -> sp.csr_matrix:
@@ -443,25 +477,107 @@ def _layout(nnz: int, width: int) -> torch.layout:
 
 @dataclass
 class _KeptBlocks:
-    """The terms of :meth:`ChebyshevBasis.block` for one pair of node sets: per chunk of ``chunk``
-    columns, segments of consecutive degrees up to ``degree``, and the chunk's last two terms on the
-    whole graph (``ends``; ``None`` where they are not kept)."""
+    """The terms of :meth:`ChebyshevBasis.block` for one pair of node sets: the distinct columns in
+    local blocks (``chunks``), where each of ``columns`` lies in their concatenation
+    (``column_order``), per block the segments of consecutive degrees up to ``degree``
+    (``(first degree, (count, len(rows), len(chunk)))``), and the blocks' recurrences, to continue
+    them (``None`` where their last terms are not kept)."""
 
     rows: Tensor
     columns: Tensor
-    chunk: int
+    chunks: list[Tensor]
+    column_order: Tensor
     segments: list[list[tuple[int, Tensor]]]
     degree: int
-    ends: list[tuple[Tensor, Tensor]] | None = None
-
-    def chunk_columns(self) -> tuple[Tensor, ...]:
-        """The columns of every chunk."""
-        return torch.split(self.columns, self.chunk)
+    recurrences: list[_LocalRecurrence] | None = None
 
     def up_to(self, degree: int) -> list[list[tuple[int, Tensor]]]:
-        """The segments of every chunk, cut at ``degree``."""
+        """The segments of every block, cut at ``degree``."""
         return [[(first, segment[:degree + 1 - first]) for first, segment in chunk if first <= degree]
                 for chunk in self.segments]
+
+
+class _LocalRecurrence:
+    r"""The Chebyshev recurrence on the one-hot columns of ``sources``, on the nodes it can reach.
+
+    :math:`T_j\mathbf e_b` lives within :math:`j` hops of :math:`b`. The nodes within
+    ``hops`` of the sources are numbered by their distance (:meth:`ChebyshevBasis._layers`,
+    the sources first), so the rows step :math:`j` can reach are a leading block: it
+    multiplies only those rows of :math:`\widetilde{\mathbf W}` restricted to the local
+    nodes, and every buffer is zero beyond them. Exact up to degree ``hops``; :meth:`extend`
+    takes the reach further (the nodes within fewer hops keep their numbers) and
+    :meth:`terms` continues from the last two terms.
+
+    :param basis: The basis whose :math:`\widetilde{\mathbf W}` this runs on.
+    :param sources: Distinct node indices (CPU int64).
+    :param device: Device of the buffers.
+    """
+
+    def __init__(self, basis: ChebyshevBasis, sources: Tensor, *, device: torch.device) -> None:
+        self.basis, self.sources, self.device = basis, sources, device
+        self.hops = -1
+        self.degree = -1  # of the last term computed
+        self.size = 0
+        self._previous = self._current = torch.zeros(0, sources.numel(), dtype=torch.float64, device=device)
+
+    def extend(self, hops: int) -> None:
+        """Reach ``hops`` hops from the sources (exact terms up to that degree)."""
+        if hops <= self.hops:
+            return
+        local, ends = self.basis._layers(self.sources, hops)
+        restricted = sp.csr_matrix(self.basis._matrix_scipy()[local][:, local])
+        restricted.sort_indices()
+        self.local, self._ends, self.hops = local, ends, hops
+        self._row_pointer = restricted.indptr
+        # int32 indices, as for the whole matrix: MKL's sparse kernels would convert int64 ones on every product.
+        self._pointer = torch.from_numpy(restricted.indptr.astype(np.int32)).to(self.device)
+        self._columns = torch.from_numpy(restricted.indices.astype(np.int32)).to(self.device)
+        self._values = torch.from_numpy(restricted.data.astype(np.float64)).to(self.device)
+        padding = (0, 0, 0, local.size - self.size)
+        self._previous = torch.nn.functional.pad(self._previous, padding)
+        self._current = torch.nn.functional.pad(self._current, padding)
+        self.size = local.size
+
+    def reach(self, degree: int) -> int:
+        """How many leading local nodes the term of ``degree`` can be nonzero on."""
+        return int(self._ends[min(degree, self.hops)])
+
+    def positions(self, nodes: Tensor) -> tuple[Tensor, Tensor]:
+        """Which of ``nodes`` are local (their indices in ``nodes``), and their local numbers."""
+        order = np.argsort(self.local, kind="stable")
+        wanted = nodes.cpu().numpy()
+        found = np.minimum(np.searchsorted(self.local, wanted, sorter=order), self.size - 1)
+        inside = self.local[order[found]] == wanted
+        return (torch.from_numpy(np.flatnonzero(inside)).to(self.device),
+                torch.from_numpy(order[found[inside]]).to(self.device))
+
+    def terms(self, degree: int) -> Iterator[Tensor]:
+        r"""Yield the terms after the last computed, up to ``degree`` (at most ``hops``), as
+        ``(size, len(sources))`` buffers: the last two yielded stay valid until the next call."""
+        if self.degree < 0:
+            self._previous[torch.arange(self.sources.numel()), torch.arange(self.sources.numel())] = 1.0
+            self.degree = 0
+            yield self._previous
+        if self.degree == 0 and degree >= 1:
+            rows = self.reach(1)
+            self._current[:rows] = self._leading_rows(rows) @ self._previous
+            self.degree = 1
+            yield self._current
+        while self.degree < degree:
+            # T_{j+1} = 2 W T_j - T_{j-1}, over T_{j-1}'s buffer (small products: COO, see _SMALL_PRODUCT).
+            rows = self.reach(self.degree + 1)
+            matrix, previous = self._leading_rows(rows), self._previous[:rows]
+            if int(self._row_pointer[rows]) * self.sources.numel() <= _SMALL_PRODUCT:
+                previous.copy_(torch.sparse.mm(matrix.to_sparse_coo(), self._current).mul_(2).sub_(previous))
+            else:
+                torch.addmm(previous, matrix, self._current, beta=-1, alpha=2, out=previous)
+            self._previous, self._current = self._current, self._previous
+            self.degree += 1
+            yield self._current
+
+    def _leading_rows(self, rows: int) -> Tensor:
+        end = int(self._row_pointer[rows])
+        return sparse_csr(self._pointer[:rows + 1], self._columns[:end], self._values[:end], (rows, self.size))
 
 
 def _same_nodes(first: Tensor, second: Tensor) -> bool:

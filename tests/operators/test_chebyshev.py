@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import unittest
 
+import numpy as np
 import pytest
 import torch
 from linear_operator.test.linear_operator_test_case import (
@@ -280,27 +281,40 @@ def test_gradients_need_no_autograd_tape_through_the_recurrence():
     torch.testing.assert_close(grad_c, torch.einsum("mt,jmn,nt->j", rhs, dense, rhs))
 
 
-@pytest.mark.parametrize("path", ["kept blocks", "second recurrence"])
+@pytest.mark.parametrize("path", ["kept blocks", "local recurrences"])
 def test_dense_block_gradients_on_every_path(monkeypatch, path):
-    """to_dense and its backward: from the basis's kept blocks, or from a second recurrence (above the
-    memory bound), each the exact kernel's gradient."""
-    from gp_couple.operators import chebyshev
-
-    if path == "second recurrence":
+    """to_dense and its backward: from the basis's kept blocks, or (above the memory bound) summed as the
+    local recurrences run and rerun for the backward; each the exact kernel's gradient, and neither runs
+    a recurrence on the whole graph."""
+    if path == "local recurrences":
         monkeypatch.setattr(kept_chebyshev_terms, "_global_value", 0)
-    monkeypatch.setattr(chebyshev, "BLOCK_ENTRIES", 3 * GRAPH.num_nodes * 2)  # two columns per product
+    monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
+    monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * GRAPH.num_nodes * 2)  # two columns per block
+    monkeypatch.setattr(ChebyshevBasis, "terms", lambda *args: pytest.fail("a recurrence on the whole graph"))
     rows, columns = torch.tensor([3, 0, 19, 3, 11]), torch.tensor([7, 2, 2, 16])
     op, family = _operator(rows, columns)
-    recurrences = []
-    original = ChebyshevBasis.moments
-    monkeypatch.setattr(ChebyshevBasis, "moments",
-                        lambda self, *args: recurrences.append(1) or original(self, *args))
+    reruns = []
+    original = ChebyshevBasis.block_moments
+    monkeypatch.setattr(ChebyshevBasis, "block_moments",
+                        lambda self, *args: reruns.append(1) or original(self, *args))
     weights = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     (gradient,) = torch.autograd.grad((op.to_dense() * weights).sum(), family.raw_gamma)
     exact = exact_kernel_matrix(family, GRAPH)[rows][:, columns]
     (expected,) = torch.autograd.grad((exact * weights).sum(), family.raw_gamma)
     torch.testing.assert_close(gradient, expected, rtol=1e-8, atol=1e-10)
-    assert (len(recurrences) == 0) == (path != "second recurrence")
+    assert len(reruns) == (path == "local recurrences")
+    assert (op.basis._kept_blocks is None) == (path == "local recurrences")
+
+
+def _record_local_steps(monkeypatch, steps: list) -> None:
+    """Record every local recurrence's work: ``("terms", J)`` from scratch, ``("continued", count)``."""
+    terms = chebyshev_basis._LocalRecurrence.terms
+
+    def recorded(self, degree):
+        steps.append(("terms", degree) if self.degree < 0 else ("continued", degree - self.degree))
+        return terms(self, degree)
+
+    monkeypatch.setattr(chebyshev_basis._LocalRecurrence, "terms", recorded)
 
 
 @pytest.mark.parametrize("chunks", [1, 2])
@@ -310,18 +324,13 @@ def test_block_terms_are_kept_for_one_pair_of_node_sets_with_headroom(monkeypatc
     kept last terms (25 % headroom, within the bound), or recomputes where those were not kept;
     another pair, or one beyond the bound, releases them."""
     graph = grid_graph(5, 6)
-    if chunks == 2:  # three columns in recurrences of two and one
+    if chunks == 2:  # three columns in blocks of two and one
+        monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
         monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * graph.num_nodes * 2)
     basis = ChebyshevBasis(graph.normalized_adjacency())
     matrices = chebyshev_matrices(30, graph)
     steps = []
-    terms, continued = ChebyshevBasis.terms, ChebyshevBasis._continued_terms
-    monkeypatch.setattr(ChebyshevBasis, "terms",
-                        lambda self, block, degree: steps.append(("terms", degree)) or terms(self, block, degree))
-    monkeypatch.setattr(ChebyshevBasis, "_continued_terms", staticmethod(
-        lambda matrix, previous, current, count, own_previous=True:
-        (own_previous and steps.append(("continued", count))) or continued(matrix, previous, current, count,
-                                                                          own_previous)))
+    _record_local_steps(monkeypatch, steps)
     rows, columns = torch.tensor([3, 0, 19, 3, 11]), torch.tensor([7, 2, 16])
     size = rows.numel() * columns.numel()
 
@@ -346,14 +355,45 @@ def test_block_terms_are_kept_for_one_pair_of_node_sets_with_headroom(monkeypatc
     check(20, 21 * size, [("continued", 6)])  # headroom only within the bound
     assert basis._kept_blocks.degree == 20
     assert block(rows, columns, 21, 21 * size) is None and basis._kept_blocks is None
-    # Where the last terms on the whole graph (2 N |B| = 180 numbers) exceed the bound: recomputed.
+    # Where the last terms on the reached nodes (here the whole graph: 2 N |B| = 180 numbers)
+    # exceed the bound: recomputed.
     check(8, 179, [("terms", 10)])
-    assert basis._kept_blocks.ends is None
+    assert basis._kept_blocks.recurrences is None
     check(11, 10**6, [("terms", 14)])
     # Another pair of node sets replaces the kept one.
     steps.clear()
     assert block(columns, rows, 4, 10**6) is not None
     assert set(steps) == {("terms", 6)} and torch.equal(basis._kept_blocks.rows, columns)
+
+
+@pytest.mark.parametrize("columns", [[40, 41, 52, 53, 40], [3, 140, 77, 3, 20, 131, 64]])
+def test_block_terms_run_on_the_nodes_each_block_of_columns_reaches(monkeypatch, columns):
+    """On a graph wider than the degree, each block of nearby columns runs its recurrence on the nodes
+    within the degree's hops only (never the whole graph), including when a higher degree extends that
+    reach; repeated and unsorted columns keep their order; every block is exact."""
+    graph = grid_graph(12, 12)
+    monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
+    monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * graph.num_nodes * 2)
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    matrices = chebyshev_matrices(13, graph)
+    reached = []
+    layers = ChebyshevBasis._layers
+    monkeypatch.setattr(ChebyshevBasis, "_layers",
+                        lambda self, nodes, hops: reached.append((hops, layers(self, nodes, hops))) or reached[-1][1])
+    rows, columns = torch.tensor([0, 40, 77, 143, 53, 3]), torch.tensor(columns)
+    for degree in (4, 9, 13):
+        coefficients = torch.randn(degree + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(degree))
+        expected = torch.einsum("j,jab->ab", coefficients, matrices[:degree + 1][:, rows][:, :, columns])
+        torch.testing.assert_close(basis.block(coefficients, rows, columns, 10**6), expected, rtol=0, atol=1e-12)
+    assert {hops for hops, _ in reached} == {6, 12, 18}  # degree 4 -> 6, 9 -> 12 (headroom), 13 -> 18
+    from scipy.sparse.csgraph import shortest_path
+
+    distance = shortest_path(basis._matrix_scipy(), unweighted=True)
+    for hops, (local, ends) in reached:  # exactly the nodes within the hops, by distance
+        sources = local[:ends[0]]
+        assert ends[0] <= 2 and np.all(np.diff(ends) >= 0) and ends[-1] == local.size
+        assert set(local.tolist()) == set(np.flatnonzero(distance[sources].min(0) <= hops).tolist())
+    assert all(local.size < graph.num_nodes for hops, (local, _) in reached if hops == 6)
 
 
 def test_block_terms_interrupted_while_growing_are_released(monkeypatch):
@@ -365,18 +405,18 @@ def test_block_terms_interrupted_while_growing_are_released(monkeypatch):
     rows, columns = torch.tensor([3, 0, 19, 11]), torch.tensor([7, 2, 16])
     coefficients = torch.randn(15, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
     basis.block(coefficients[:9], rows, columns, 10**6)
-    continued = ChebyshevBasis._continued_terms
+    terms = chebyshev_basis._LocalRecurrence.terms
 
-    def failing(*args, **kwargs):
-        terms = continued(*args, **kwargs)
-        yield next(terms)
+    def failing(self, degree):
+        generator = terms(self, degree)
+        yield next(generator)
         raise MemoryError("out of memory")
 
-    monkeypatch.setattr(ChebyshevBasis, "_continued_terms", staticmethod(failing))
+    monkeypatch.setattr(chebyshev_basis._LocalRecurrence, "terms", failing)
     with pytest.raises(MemoryError):
         basis.block(coefficients, rows, columns, 10**6)
     assert basis._kept_blocks is None
-    monkeypatch.setattr(ChebyshevBasis, "_continued_terms", staticmethod(continued))
+    monkeypatch.setattr(chebyshev_basis._LocalRecurrence, "terms", terms)
     expected = torch.einsum("j,jab->ab", coefficients, matrices[:15][:, rows][:, :, columns])
     torch.testing.assert_close(basis.block(coefficients, rows, columns, 10**6), expected, rtol=0, atol=1e-12)
 
@@ -437,3 +477,29 @@ def test_constant_kernel_of_degree_zero():
     assert op.degree == 0
     torch.testing.assert_close(op.to_dense(), torch.tensor([[0.0], [0.75]], dtype=torch.float64))
     assert float(op.matmul(torch.ones(1, 1, dtype=torch.float64))[1, 0]) == 0.75
+
+
+@pytest.mark.parametrize("bound", [0, None])
+def test_dense_blocks_above_the_bound_are_summed_on_the_reached_nodes(monkeypatch, bound):
+    """A batch of blocks whose terms do not fit the bound is summed as its local recurrences run (no
+    recurrence on the whole graph, nothing kept); within the bound it comes from the kept terms. Either
+    way the blocks and their gradients equal the exact kernel's, with repeated nodes."""
+    graph = grid_graph(9, 10)
+    monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
+    monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * graph.num_nodes * 2)
+    monkeypatch.setattr(ChebyshevBasis, "terms", lambda *args: pytest.fail("a recurrence on the whole graph"))
+    family = Diffusion(batch_shape=torch.Size([2])).double()
+    family.gamma = torch.tensor([[0.7], [2.1]], dtype=torch.float64)
+    rows, columns = torch.tensor([3, 88, 40, 3, 61, 17]), torch.tensor([50, 2, 88, 2, 73])
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    op = ChebyshevKernelLinearOperator(chebyshev_expansion(family, 1e-12).coefficients, basis=basis,
+                                       row_nodes=rows, column_nodes=columns)
+    weights = torch.randn(2, 6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    with kept_chebyshev_terms(10**7 if bound is None else bound):
+        block = op.to_dense()
+        (gradient,) = torch.autograd.grad((block * weights).sum(), family.raw_gamma)
+    exact = exact_kernel_matrix(family, graph)[:, rows][:, :, columns]
+    (expected,) = torch.autograd.grad((exact * weights).sum(), family.raw_gamma)
+    torch.testing.assert_close(block, exact.detach(), rtol=0, atol=1e-11)
+    torch.testing.assert_close(gradient, expected, rtol=1e-8, atol=1e-10)
+    assert (basis._kept_blocks is None) == (bound == 0)
