@@ -422,23 +422,30 @@ class ChebyshevBasis:
         return [piece for part in torch.split(nodes[ordered], sizes.tolist()) for piece in torch.split(part, size)]
 
     def _layers(self, nodes: Tensor, hops: int) -> tuple[np.ndarray, np.ndarray]:
-        """The nodes within ``hops`` of ``nodes``, sorted by that distance, and where each distance ends.
+        r"""The nodes within ``hops`` of ``nodes``, sorted by that distance, and where each distance ends.
+
+        A breadth-first search from all of ``nodes`` at once, one hop per step over the CSR
+        pattern of :math:`\widetilde{\mathbf W}`: it touches only the edges of the nodes it reaches.
 
         :return: ``(local, ends)``: ``local[k]`` is a node index, ``local[:ends[m]]`` the nodes
-            within ``m`` hops (``nodes`` themselves first, in their order).
+            within ``m`` hops (``nodes`` themselves first, in their order; then by distance and
+            node index).
         """
-        from scipy.sparse.csgraph import dijkstra
-
-        sources = nodes.cpu().numpy()
-        distance = dijkstra(self._matrix_scipy(), directed=False, indices=sources, unweighted=True, limit=hops + 0.5,
-                            min_only=True)
-        reached = np.flatnonzero(np.isfinite(distance))
-        hop = distance[reached].astype(np.int64)
-        hop[np.isin(reached, sources)] = -1  # the sources first (at distance 0), in their own order
-        local = np.concatenate([sources, reached[np.argsort(hop, kind="stable")][sources.size:]])
-        ends = np.searchsorted(np.sort(hop), np.arange(hops + 1), side="right")
-        ends[0] = sources.size
-        return local, ends
+        matrix = self._matrix_scipy()
+        pointer, neighbours = matrix.indptr, matrix.indices
+        sources = nodes.cpu().numpy().astype(np.int64)
+        seen = np.zeros(self.num_nodes, dtype=bool)
+        seen[sources] = True
+        layers, ends, frontier = [sources], [sources.size], sources
+        for _ in range(hops):
+            starts, counts = pointer[frontier], pointer[frontier + 1] - pointer[frontier]
+            offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            reached = neighbours[np.repeat(starts, counts) + offsets]
+            frontier = np.unique(reached[~seen[reached]]).astype(np.int64)
+            seen[frontier] = True
+            layers.append(frontier)
+            ends.append(ends[-1] + frontier.size)
+        return np.concatenate(layers), np.asarray(ends, dtype=np.int64)
 
     def _one_hot_diagonals(self, nodes: Tensor, degree: int) -> Tensor:
         hops = (degree + 1) // 2
