@@ -67,11 +67,12 @@ _logger = logging.getLogger(__name__)
 #: Graph nodes per observed node up to which :func:`choose_graph_kernel` picks the
 #: matrix-free exact kernel rather than the GRF recipe.
 MATRIX_FREE_NODES_PER_OBSERVED = 15
-#: The same where the matrix-free kernel's training keeps its terms (:data:`KEPT_TERMS_DEGREE`).
+#: The same for predicting every node where the matrix-free kernel's training keeps its terms
+#: (:data:`KEPT_TERMS_DEGREE`); for training alone there is then no limit.
 MATRIX_FREE_NODES_PER_OBSERVED_KEPT = 50
 #: Chebyshev degree up to which the terms of the observed nodes' covariance, :math:`(J + 1)n^2`
-#: numbers, must fit :class:`~gp_couple.settings.kept_chebyshev_terms` for
-#: :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` to apply (1,024 observed nodes at the default bound).
+#: numbers, must fit :class:`~gp_couple.settings.kept_chebyshev_terms` for the matrix-free
+#: kernel's training to count as keeping them (1,024 observed nodes at the default bound).
 KEPT_TERMS_DEGREE = 63
 #: Graphs of at most this many nodes get the matrix-free exact kernel however few nodes are observed.
 MATRIX_FREE_MIN_NODES = 20_000
@@ -157,31 +158,33 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
     r"""The graph kernel :func:`fit_graph_gp` trains when asked for ``kernel="auto"``.
 
     ``"matrix_free"`` (:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`, the
-    exact GP) where the graph has at most :data:`MATRIX_FREE_NODES_PER_OBSERVED` nodes per
-    observed node, or at most :data:`MATRIX_FREE_MIN_NODES` nodes; ``"grf"`` (the GRF recipe,
-    :func:`fit_grf_gp`) on larger graphs. Both reach the exact GP's accuracy where they are
-    chosen; the rule picks the cheaper. The matrix-free kernel's products cost the graph's
-    edges times the Chebyshev degree, whatever the observed nodes; the GRF-GP's cost grows
-    with the observed and predicted nodes and the walks' reach, not with the graph, and pays
-    for that with walks and a dense factor of the training covariance. So the crossover
-    grows with the observed nodes; the limits are the measured crossovers of the two, both
-    trained to convergence (``benchmarks/RESULTS.md``, "One call for every graph size" and
-    "The crossover with 10³ observed nodes"). Where the terms of the observed nodes'
-    covariance up to degree :data:`KEPT_TERMS_DEGREE` fit
-    :class:`~gp_couple.settings.kept_chebyshev_terms` (at most 1,024 observed nodes at the
-    default bound), the matrix-free training runs one recurrence in all rather than one per
-    evaluation, and the limit is :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` nodes per
-    observed node (``benchmarks/RESULTS.md``, "The crossover with kept terms").
+    exact GP) or ``"grf"`` (the GRF recipe, :func:`fit_grf_gp`); the rule picks the cheaper
+    at the exact GP's accuracy, as measured with both trained to convergence
+    (``benchmarks/RESULTS.md``, "One call for every graph size", "The crossover with 10³
+    observed nodes", "Dense blocks on the nodes each column reaches").
+
+    * Where the terms of the observed nodes' covariance up to degree
+      :data:`KEPT_TERMS_DEGREE` fit :class:`~gp_couple.settings.kept_chebyshev_terms` (at
+      most 1,024 observed nodes at the default bound), the matrix-free kernel, whatever the
+      graph's size: its training runs one recurrence in all (more only where the learnt
+      degree outgrows the bound), on the nodes within the degree's hops of the observed and
+      predicted nodes, so its cost no longer grows with the graph, and it stays exact at
+      long ranges, where the GRF-GP's estimate drifts.
+    * With more observed nodes, the matrix-free kernel where the graph has at most
+      :data:`MATRIX_FREE_NODES_PER_OBSERVED` nodes per observed node, or at most
+      :data:`MATRIX_FREE_MIN_NODES` nodes; the GRF recipe on larger graphs. Its products
+      then cost the graph's edges times the Chebyshev degree per evaluation, while the
+      GRF-GP's cost grows with the observed and predicted nodes and the walks' reach.
 
     With ``predict_all_nodes`` the model will predict every node of the graph (streamed,
-    :mod:`gp_couple.streaming`): the exact GP's variances then need a dense factor of the
-    observed nodes' covariance (:class:`~gp_couple.streaming.ExactStreamedPredictor`), so
-    the same rule holds with at most
-    :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed nodes. Its other
-    costs, the cross-covariance of every node with the observed ones (one Chebyshev
-    recurrence on their columns) and every node's prior variance (a local recurrence of half
-    the degree), cost less than the GRF-GP's walks from every node where both were measured
-    (``benchmarks/RESULTS.md``, "Predicting every node: the crossover").
+    :mod:`gp_couple.streaming`): the exact GP then needs a dense factor of the observed
+    nodes' covariance (:class:`~gp_couple.streaming.ExactStreamedPredictor`), so it is
+    chosen with at most :data:`~gp_couple.predictive_variance.DENSE_VARIANCE_SIZE` observed
+    nodes, and its cross-covariance with every node is one recurrence on the whole graph:
+    the limit is :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` nodes per observed node where
+    the terms fit, :data:`MATRIX_FREE_NODES_PER_OBSERVED` elsewhere, or
+    :data:`MATRIX_FREE_MIN_NODES` nodes (``benchmarks/RESULTS.md``, "Predicting every node:
+    the crossover", "The crossover with kept terms").
 
     :param graph: The graph.
     :param num_observed: Number of observed (training) nodes.
@@ -195,22 +198,27 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
     num_observed = check_int("num_observed", num_observed, 1)
     if not isinstance(predict_all_nodes, bool):
         raise TypeError(f"predict_all_nodes must be a bool, got {type(predict_all_nodes).__name__}")
-    limit = max(MATRIX_FREE_MIN_NODES, matrix_free_nodes_per_observed(num_observed) * num_observed)
+    per_observed = matrix_free_nodes_per_observed(num_observed, predict_all_nodes=predict_all_nodes)
+    if per_observed is None:
+        return "matrix_free"
+    limit = max(MATRIX_FREE_MIN_NODES, per_observed * num_observed)
     exact = graph.num_nodes <= limit and (not predict_all_nodes or num_observed <= DENSE_VARIANCE_SIZE)
     return "matrix_free" if exact else "grf"
 
 
-def matrix_free_nodes_per_observed(num_observed: int) -> int:
+def matrix_free_nodes_per_observed(num_observed: int, *, predict_all_nodes: bool = False) -> int | None:
     """Graph nodes per observed node up to which :func:`choose_graph_kernel` picks the matrix-free exact kernel.
 
     :param num_observed: Number of observed nodes (at least 1; not checked).
-    :return: :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` where the observed nodes' covariance
-        terms up to degree :data:`KEPT_TERMS_DEGREE` fit
-        :class:`~gp_couple.settings.kept_chebyshev_terms`, else
+    :param predict_all_nodes: For predicting every node of the graph.
+    :return: ``None`` (no limit) where the observed nodes' covariance terms up to degree
+        :data:`KEPT_TERMS_DEGREE` fit :class:`~gp_couple.settings.kept_chebyshev_terms`, or
+        :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` there with ``predict_all_nodes``; else
         :data:`MATRIX_FREE_NODES_PER_OBSERVED`.
     """
-    kept = (KEPT_TERMS_DEGREE + 1) * num_observed ** 2 <= kept_chebyshev_terms.value()
-    return MATRIX_FREE_NODES_PER_OBSERVED_KEPT if kept else MATRIX_FREE_NODES_PER_OBSERVED
+    if (KEPT_TERMS_DEGREE + 1) * num_observed ** 2 > kept_chebyshev_terms.value():
+        return MATRIX_FREE_NODES_PER_OBSERVED
+    return MATRIX_FREE_NODES_PER_OBSERVED_KEPT if predict_all_nodes else None
 
 
 def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
@@ -264,9 +272,11 @@ def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_
     node_index_array(predict_nodes, "predict_nodes", graph.num_nodes)
     chosen = choose_graph_kernel(graph, train.size) if kernel == "auto" else kernel
     if kernel == "auto":
-        _logger.info("fit_graph_gp: the %s kernel for a graph of %d nodes with %d observed (matrix-free up to "
-                     "%d nodes per observed node, or %d nodes)", chosen, graph.num_nodes, train.size,
-                     matrix_free_nodes_per_observed(train.size), MATRIX_FREE_MIN_NODES)
+        per_observed = matrix_free_nodes_per_observed(train.size)
+        _logger.info("fit_graph_gp: the %s kernel for a graph of %d nodes with %d observed (matrix-free %s)", chosen,
+                     graph.num_nodes, train.size, "on any graph: the observed nodes' terms fit the kept-terms bound"
+                     if per_observed is None else f"up to {per_observed} nodes per observed node, or "
+                     f"{MATRIX_FREE_MIN_NODES} nodes")
     family = Diffusion(1.0) if kernel_family is None else kernel_family
     if chosen == "grf":
         return fit_grf_gp(graph, train_nodes, train_targets, predict_nodes=predict_nodes, iterations=iterations,

@@ -22,6 +22,7 @@ from gp_couple.recipes import (
     fit_graph_gp,
     fit_graph_kernel,
     fit_grf_gp,
+    matrix_free_nodes_per_observed,
 )
 from gp_couple.settings import kept_chebyshev_terms
 
@@ -60,20 +61,28 @@ def training_loss(model, likelihood) -> float:
 def test_auto_chooses_the_matrix_free_kernel_up_to_its_limit_and_grf_above():
     small = path_graph(MATRIX_FREE_MIN_NODES)
     assert choose_graph_kernel(small, 1) == "matrix_free"
-    assert choose_graph_kernel(path_graph(MATRIX_FREE_MIN_NODES + 1), 1) == "grf"
     # The limit grows with the observed nodes.
     observed = 10_000
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed), observed) == "matrix_free"
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed + 1), observed) == "grf"
-    # Where the observed nodes' covariance terms fit the kept-terms bound, it is higher.
+    # Where the observed nodes' covariance terms fit the kept-terms bound: the matrix-free kernel on any
+    # graph (for training; 50 nodes per observed node to predict every node).
     kept = 1024  # (KEPT_TERMS_DEGREE + 1) kept^2 = 2^26, the default bound
     assert (KEPT_TERMS_DEGREE + 1) * kept ** 2 == kept_chebyshev_terms.value()
-    for observed, per_node in [(kept, MATRIX_FREE_NODES_PER_OBSERVED_KEPT), (kept + 1, MATRIX_FREE_NODES_PER_OBSERVED)]:
-        limit = max(MATRIX_FREE_MIN_NODES, per_node * observed)
-        assert choose_graph_kernel(path_graph(limit), observed) == "matrix_free"
-        assert choose_graph_kernel(path_graph(limit + 1), observed) == "grf"
+    huge = path_graph(10**6)
+    for observed in (1, kept):
+        assert matrix_free_nodes_per_observed(observed) is None
+        assert choose_graph_kernel(huge, observed) == "matrix_free"
+        limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED_KEPT * observed)
+        assert choose_graph_kernel(path_graph(limit), observed, predict_all_nodes=True) == "matrix_free"
+        assert choose_graph_kernel(path_graph(limit + 1), observed, predict_all_nodes=True) == "grf"
+    limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED * (kept + 1))
+    assert matrix_free_nodes_per_observed(kept + 1) == MATRIX_FREE_NODES_PER_OBSERVED
+    assert choose_graph_kernel(path_graph(limit), kept + 1) == "matrix_free"
+    assert choose_graph_kernel(path_graph(limit + 1), kept + 1) == "grf"
     with kept_chebyshev_terms(0):  # nothing kept: the recurrences run in every evaluation
-        assert choose_graph_kernel(path_graph(MATRIX_FREE_MIN_NODES + 1), kept) == "grf"
+        assert choose_graph_kernel(path_graph(MATRIX_FREE_MIN_NODES + 1), 1) == "grf"
+        assert choose_graph_kernel(path_graph(MATRIX_FREE_MIN_NODES), 1) == "matrix_free"
     for bad in (0, -5):
         with pytest.raises(ValueError, match="num_observed must be >= 1"):
             choose_graph_kernel(small, bad)

@@ -39,6 +39,13 @@ BLOCK_ENTRIES = 1 << 23
 _SMALL_PRODUCT = 1 << 15
 #: Smallest block of diagonal nodes (their recurrences usually run on a neighbourhood only).
 _LOCAL_BLOCK = 64
+#: Block of diagonal nodes scattered over the graph (their neighbourhoods overlap less, so a
+#: block's recurrence reaches fewer rows per node in smaller blocks).
+_SCATTERED_BLOCK = 16
+#: Columns per local recurrence of a dense block: fewer columns reach fewer rows where their balls
+#: do not overlap, more make each sparse product cheaper per column (measured on grids of 10^4 to
+#: 10^6 nodes: see benchmarks/RESULTS.md, "Dense blocks on the nodes each column reaches").
+_COLUMN_BLOCK = 32
 
 
 class ChebyshevBasis:
@@ -302,7 +309,7 @@ class ChebyshevBasis:
         """The distinct ``columns`` in local blocks (:meth:`_local_blocks`), and where each of ``columns``
         lies in their concatenation."""
         distinct, position = torch.unique(columns.cpu(), return_inverse=True)
-        chunks = self._local_blocks(distinct, max(_LOCAL_BLOCK, BLOCK_ENTRIES // (3 * self.num_nodes)))
+        chunks = self._local_blocks(distinct, _COLUMN_BLOCK)
         location = torch.empty_like(distinct)
         location[torch.searchsorted(distinct, torch.cat(chunks))] = torch.arange(distinct.numel())
         return chunks, location[position]
@@ -362,7 +369,8 @@ class ChebyshevBasis:
         """Compute the diagonal table of ``nodes`` (CPU int64, distinct) to ``degree`` and keep it."""
         if not nodes.numel():
             return
-        blocks = self._local_blocks(nodes, max(_LOCAL_BLOCK, BLOCK_ENTRIES // (3 * self.num_nodes)))
+        blocks = self._local_blocks(nodes, max(_LOCAL_BLOCK, BLOCK_ENTRIES // (3 * self.num_nodes)),
+                                    _SCATTERED_BLOCK)
         computed = [self._one_hot_diagonals(block.to(device), degree).cpu() for block in blocks]
         nodes = torch.cat(blocks)
         self._diagonal_degree[nodes] = -1
@@ -387,25 +395,29 @@ class ChebyshevBasis:
             self._rank[order] = torch.arange(order.numel())
         return self._rank
 
-    def _local_blocks(self, nodes: Tensor, size: int) -> list[Tensor]:
+    def _local_blocks(self, nodes: Tensor, size: int, scattered_size: int | None = None) -> list[Tensor]:
         """``nodes`` (CPU int64, distinct) in blocks of about ``size`` nodes that are close in the graph.
 
         Where the nodes are dense in the graph (their induced subgraph has an average degree of
         at least 2, e.g. a chunk of a mesh), METIS splits that subgraph into compact parts;
-        scattered nodes are cut from a reverse Cuthill-McKee order. Within a block, and the
-        blocks themselves, follow that order, so the result depends on ``nodes`` alone.
+        scattered nodes are cut from a reverse Cuthill-McKee order, in blocks of
+        ``scattered_size`` (default ``size``). Within a block, and the blocks themselves, follow
+        that order, so the result depends on ``nodes`` alone.
         """
         rank = self._locality_rank()
         nodes = nodes[torch.argsort(rank[nodes])]
         count = nodes.numel()
-        if count <= size:
+        scattered_size = size if scattered_size is None else scattered_size
+        if count <= min(size, scattered_size):
             return [nodes]
         index = nodes.numpy()
         induced = self._matrix_scipy()[index][:, index]
         induced.setdiag(0)
         induced.eliminate_zeros()
         if induced.nnz < 2 * count:
-            return list(torch.split(nodes, size))
+            return list(torch.split(nodes, scattered_size))
+        if count <= size:
+            return [nodes]
         import pymetis
 
         parts = math.ceil(count / size)

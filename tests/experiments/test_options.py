@@ -68,7 +68,8 @@ def test_predict_graph_help_states_the_librarys_kernel_choice() -> None:
     parser = argparse.ArgumentParser()
     _options.COMMAND_OPTIONS["predict-graph"](parser)
     (kernel,) = [action for action in parser._actions if action.dest == "kernel"]
-    kept = max(n for n in range(1, 5000) if matrix_free_nodes_per_observed(n) == MATRIX_FREE_NODES_PER_OBSERVED_KEPT)
+    kept = max(n for n in range(1, 5000)
+               if matrix_free_nodes_per_observed(n, predict_all_nodes=True) == MATRIX_FREE_NODES_PER_OBSERVED_KEPT)
     assert (f"at most {MATRIX_FREE_MIN_NODES:,} nodes or {MATRIX_FREE_NODES_PER_OBSERVED} nodes per observed node "
             f"({MATRIX_FREE_NODES_PER_OBSERVED_KEPT} with at most {kept:,} observed), with at most "
             f"{DENSE_VARIANCE_SIZE:,} observed") in " ".join(kernel.help.split())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import unittest
 
 import numpy as np
@@ -190,13 +191,14 @@ def test_diagonal_in_small_local_blocks_matches(monkeypatch, rows, columns, scat
     order for scattered nodes), each recurrence on the rows its steps reach: the exact diagonals."""
     graph = grid_graph(rows, columns)
     monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
+    monkeypatch.setattr(chebyshev_basis, "_SCATTERED_BLOCK", 2)
     monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * graph.num_nodes * 2)  # two nodes per block
     reached, blocks = [], []
     layers, local_blocks = ChebyshevBasis._layers, ChebyshevBasis._local_blocks
     monkeypatch.setattr(ChebyshevBasis, "_layers",
                         lambda self, nodes, hops: reached.append(layers(self, nodes, hops)) or reached[-1])
     monkeypatch.setattr(ChebyshevBasis, "_local_blocks",
-                        lambda self, nodes, size: blocks.append(local_blocks(self, nodes, size)) or blocks[-1])
+                        lambda self, nodes, *sizes: blocks.append(local_blocks(self, nodes, *sizes)) or blocks[-1])
     nodes = torch.arange(graph.num_nodes).flip(0)
     if scattered:
         nodes = nodes[::7]
@@ -288,8 +290,7 @@ def test_dense_block_gradients_on_every_path(monkeypatch, path):
     a recurrence on the whole graph."""
     if path == "local recurrences":
         monkeypatch.setattr(kept_chebyshev_terms, "_global_value", 0)
-    monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
-    monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * GRAPH.num_nodes * 2)  # two columns per block
+    monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)  # two columns per block
     monkeypatch.setattr(ChebyshevBasis, "terms", lambda *args: pytest.fail("a recurrence on the whole graph"))
     rows, columns = torch.tensor([3, 0, 19, 3, 11]), torch.tensor([7, 2, 2, 16])
     op, family = _operator(rows, columns)
@@ -325,8 +326,7 @@ def test_block_terms_are_kept_for_one_pair_of_node_sets_with_headroom(monkeypatc
     another pair, or one beyond the bound, releases them."""
     graph = grid_graph(5, 6)
     if chunks == 2:  # three columns in blocks of two and one
-        monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
-        monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * graph.num_nodes * 2)
+        monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)
     basis = ChebyshevBasis(graph.normalized_adjacency())
     matrices = chebyshev_matrices(30, graph)
     steps = []
@@ -372,8 +372,7 @@ def test_block_terms_run_on_the_nodes_each_block_of_columns_reaches(monkeypatch,
     within the degree's hops only (never the whole graph), including when a higher degree extends that
     reach; repeated and unsorted columns keep their order; every block is exact."""
     graph = grid_graph(12, 12)
-    monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
-    monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * graph.num_nodes * 2)
+    monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)
     basis = ChebyshevBasis(graph.normalized_adjacency())
     matrices = chebyshev_matrices(13, graph)
     reached = []
@@ -485,8 +484,7 @@ def test_dense_blocks_above_the_bound_are_summed_on_the_reached_nodes(monkeypatc
     recurrence on the whole graph, nothing kept); within the bound it comes from the kept terms. Either
     way the blocks and their gradients equal the exact kernel's, with repeated nodes."""
     graph = grid_graph(9, 10)
-    monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
-    monkeypatch.setattr(chebyshev_basis, "BLOCK_ENTRIES", 3 * graph.num_nodes * 2)
+    monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)
     monkeypatch.setattr(ChebyshevBasis, "terms", lambda *args: pytest.fail("a recurrence on the whole graph"))
     family = Diffusion(batch_shape=torch.Size([2])).double()
     family.gamma = torch.tensor([[0.7], [2.1]], dtype=torch.float64)
@@ -503,3 +501,16 @@ def test_dense_blocks_above_the_bound_are_summed_on_the_reached_nodes(monkeypatc
     torch.testing.assert_close(block, exact.detach(), rtol=0, atol=1e-11)
     torch.testing.assert_close(gradient, expected, rtol=1e-8, atol=1e-10)
     assert (basis._kept_blocks is None) == (bound == 0)
+
+
+def test_local_blocks_are_smaller_for_scattered_nodes():
+    """A dense request (a chunk of the mesh) is split into compact parts of the block size; scattered
+    nodes, whose neighbourhoods overlap less, into blocks of the scattered size; each node once."""
+    graph = grid_graph(20, 20)
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    dense, scattered = torch.arange(200), torch.arange(0, 400, 13)
+    for nodes, size in [(dense, 40), (scattered, 4), (scattered[:3], 4)]:
+        blocks = basis._local_blocks(nodes, 40, 4)
+        assert sorted(torch.cat(blocks).tolist()) == sorted(nodes.tolist())
+        assert max(block.numel() for block in blocks) <= size
+        assert len(blocks) <= math.ceil(nodes.numel() / size) + (size == 40)  # METIS balances to a few per cent
