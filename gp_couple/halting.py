@@ -68,11 +68,13 @@ from scipy.special import logsumexp
 from ._checks import check_p_halt
 from .kernel_families import KernelFamily
 
-__all__ = ["DEFAULT_MAX_INFLATION", "HaltingInflationWarning", "WARNING_INFLATION", "halting_inflation",
-           "suggest_p_halt", "warn_if_inflated"]
+__all__ = ["DEFAULT_MAX_INFLATION", "HaltingInflationWarning", "MIN_P_HALT", "WARNING_INFLATION", "halting_inflation",
+           "suggest_p_halt", "unreliable_inflation", "warn_if_inflated"]
 
 #: Default budget :math:`\rho_\mathrm{max}` for :func:`suggest_p_halt` (see the module docstring).
 DEFAULT_MAX_INFLATION = 2.0
+#: Smallest termination probability :func:`suggest_p_halt` searches (mean walk length about 1,000).
+MIN_P_HALT = 1e-3
 #: Inflation above which a kernel warns: from about 4 on, the long-range benchmark's
 #: estimates were no better than the zero matrix.
 WARNING_INFLATION = 4.0
@@ -157,7 +159,7 @@ def halting_inflation(kernel_family: KernelFamily, p_halt: float) -> float:
 
 
 def suggest_p_halt(kernel_family: KernelFamily, *, max_inflation: float = DEFAULT_MAX_INFLATION,
-                   p_max: float = 0.5, p_min: float = 1e-3) -> float:
+                   p_max: float = 0.5, p_min: float = MIN_P_HALT) -> float:
     r"""The cheapest (largest) :math:`p_\mathrm{halt} \le p_\mathrm{max}` within the halting-inflation budget.
 
     Solves :math:`\rho(p) = \rho_\mathrm{max}` (:func:`halting_inflation`, increasing in
@@ -208,6 +210,28 @@ def _describe(kernel_family: KernelFamily) -> str:
                      if isinstance(value, (int, float, torch.Tensor)) and torch.as_tensor(value).numel() == 1)
 
 
+def unreliable_inflation(kernel_family: KernelFamily, p_halt: float) -> float | None:
+    r""":math:`\rho(p_\mathrm{halt})` of ``kernel_family`` where it exceeds :data:`WARNING_INFLATION`, else ``None``.
+
+    Beyond that bound the GRF estimate is no better than the zero matrix. Kernel families
+    with batched hyperparameters are not judged (their entries differ); a modulation that is
+    identically zero at these hyperparameters (it underflows far beyond the walks' reach)
+    counts as infinite inflation.
+
+    :param kernel_family: The kernel family at its current hyperparameters.
+    :param p_halt: The walks' termination probability.
+    :return: The inflation (``math.inf`` where it diverges), or ``None`` within the bound.
+    """
+    family = deepcopy(kernel_family).cpu()
+    if family.batch_shape != torch.Size():
+        return None
+    try:
+        inflation = halting_inflation(family, p_halt)
+    except ValueError:  # the modulation is identically zero
+        return math.inf
+    return inflation if inflation > WARNING_INFLATION else None
+
+
 def warn_if_inflated(kernel_family: KernelFamily, p_halt: float, owner: str) -> bool:
     r"""Warn when :math:`\rho(p_\mathrm{halt})` of ``kernel_family`` exceeds :data:`WARNING_INFLATION`.
 
@@ -219,13 +243,10 @@ def warn_if_inflated(kernel_family: KernelFamily, p_halt: float, owner: str) -> 
     :return: Whether it warned.
     :warns HaltingInflationWarning: Naming ``p_halt`` and :func:`suggest_p_halt`'s value.
     """
+    inflation = unreliable_inflation(kernel_family, p_halt)
+    if inflation is None:
+        return False
     family = deepcopy(kernel_family).cpu()
-    try:
-        inflation = halting_inflation(family, p_halt)
-    except ValueError:
-        return False
-    if inflation <= WARNING_INFLATION:
-        return False
     try:
         advice = f"p_halt <= {suggest_p_halt(family):.3g} (gp_couple.halting.suggest_p_halt)"
     except ValueError as error:

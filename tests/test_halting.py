@@ -92,3 +92,15 @@ def test_generic_series_uses_the_numerical_square_root() -> None:
     p = 0.5
     expected = np.sum(f**2 / (1 - p) ** np.arange(200)) / np.sum(f**2)
     assert halting_inflation(family, p) == pytest.approx(expected, rel=1e-10)
+
+
+def test_unreliable_inflation_names_the_inflation_only_beyond_the_warning_bound() -> None:
+    from gp_couple.halting import WARNING_INFLATION, unreliable_inflation
+
+    assert unreliable_inflation(Diffusion(1.0), 0.1) is None
+    inflation = unreliable_inflation(Diffusion(4.0), 0.5)
+    assert inflation == pytest.approx(halting_inflation(Diffusion(4.0), 0.5)) and inflation > WARNING_INFLATION
+    assert unreliable_inflation(Diffusion(1e4), 0.03) == math.inf  # the modulation underflows to zero
+    batched = Diffusion(batch_shape=torch.Size([2]))
+    batched.gamma = torch.tensor([[1.0], [1e4]])
+    assert unreliable_inflation(batched, 0.03) is None  # batched entries are not judged

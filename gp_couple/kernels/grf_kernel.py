@@ -70,7 +70,15 @@ from ..couplings.walk_lengths import SigmaCoupling, WalkLengthCoupling, coupling
 from ..features.graph_random_features import FEATURE_KEYS, GraphRandomFeatures, StepMatrix, walkers_within_memory
 from ..features.sigma_fit import fit_sigma_coupling
 from ..graphs import Graph
-from ..halting import DEFAULT_MAX_INFLATION, suggest_p_halt, warn_if_inflated
+from ..halting import (
+    DEFAULT_MAX_INFLATION,
+    MIN_P_HALT,
+    WARNING_INFLATION,
+    HaltingInflationWarning,
+    suggest_p_halt,
+    unreliable_inflation,
+    warn_if_inflated,
+)
 from ..kernel_families import KernelFamily
 from ..operators import GRFGramLinearOperator, SparseFeatureLinearOperator
 from ..predictive_variance import (
@@ -381,6 +389,19 @@ class GRFKernel(GraphNodeKernel):
         """The nodes :meth:`estimate_gram_error` draws its subset from (the kernel's rows)."""
         return self.features_start_nodes.cpu().numpy()
 
+    def _finite_gram_error(self, num_walkers: int, p_halt: float | None, coupling: str | WalkLengthCoupling | None,
+                           seed: SeedLike) -> float:
+        """:meth:`estimate_gram_error`, refusing an estimate that is zero or not finite (walks that do not reach
+        the kernel's range: every feature underflows)."""
+        error = self.estimate_gram_error(num_walkers=num_walkers, p_halt=p_halt, coupling=coupling, seed=seed)
+        if not math.isfinite(error):
+            family = self.kernel_family
+            raise ValueError(f"the GRF estimate of {type(family).__name__}({family.extra_repr()}) is zero or not "
+                             f"finite (relative Gram error {error}): walks at p_halt="
+                             f"{self.p_halt if p_halt is None else p_halt:g} do not reach this range; lower p_halt "
+                             "(gp_couple.halting.suggest_p_halt) or use an exact kernel (MatrixFreeGraphKernel)")
+        return error
+
     def walkers_for(self, tolerance: float, *, start: int, max_walkers: int, p_halt: float | None = None,
                     coupling: str | WalkLengthCoupling | None = None, seed: SeedLike = 0) -> tuple[int, float]:
         r"""The walker count whose estimated relative Gram error (:meth:`estimate_gram_error`) is within ``tolerance``.
@@ -409,13 +430,13 @@ class GRFKernel(GraphNodeKernel):
                                               self.coupling if coupling is None else coupling, int(max_walkers), seed)
         within_memory = int(max_walkers) if fitting is None else min(int(max_walkers), fitting)
         walkers = min(int(start), within_memory)
-        error = self.estimate_gram_error(num_walkers=walkers, p_halt=p_halt, coupling=coupling, seed=seed)
+        error = self._finite_gram_error(walkers, p_halt, coupling, seed)
         for _ in range(WALKER_ROUNDS):
             if error <= tolerance or walkers >= within_memory:
                 break
             wanted = walkers * max((error / tolerance) ** 2, WALKER_STEP)
             walkers = int(min(within_memory, 2 * math.ceil(wanted / 2)))
-            error = self.estimate_gram_error(num_walkers=walkers, p_halt=p_halt, coupling=coupling, seed=seed)
+            error = self._finite_gram_error(walkers, p_halt, coupling, seed)
         if error > tolerance and walkers == within_memory < int(max_walkers):
             warnings.warn(f"{walkers} walkers per node are as many as half this machine's memory holds for walks "
                           f"from {self.features_start_nodes.numel()} nodes; they reach an estimated relative Gram "
@@ -440,7 +461,7 @@ class GRFKernel(GraphNodeKernel):
         """
         try:
             return min(self.p_halt, suggest_p_halt(deepcopy(self.kernel_family).cpu(), max_inflation=max_inflation,
-                                                   p_max=max(self.p_halt, 1e-3 + 1e-9)))
+                                                   p_max=max(self.p_halt, MIN_P_HALT + 1e-9)))
         except ValueError:
             return self.p_halt
 
@@ -674,15 +695,38 @@ class GRFKernel(GraphNodeKernel):
                 "bias_correction=False")
 
     def round_regressed(self) -> bool:
-        """Whether the round on walks redrawn for the whitened error ended with a larger one than the round before.
+        """Whether the training round just run on the prediction walks is to be undone.
 
-        More walkers lower the estimate's error at fixed hyperparameters, but the round can
-        carry L-BFGS to a lower noise and a larger output scale, where the error whitened by
-        the noise is larger and the likelihood's second-order correction fails; then
-        :func:`gp_couple.models.fit_gp` restores the hyperparameters of the round before
-        (:meth:`undo_round`), and the kernel keeps the larger walks for prediction. Every
-        other round is kept.
+        Two cases, in which :func:`gp_couple.models.fit_gp` restores the hyperparameters of the
+        round before (:meth:`undo_round`) and the kernel keeps its walks for prediction:
+
+        * The round ended at a range beyond the reach of any walks the kernel draws: even at
+          :data:`~gp_couple.halting.MIN_P_HALT` the halting inflation
+          (:func:`~gp_couple.halting.unreliable_inflation`) exceeds
+          :data:`~gp_couple.halting.WARNING_INFLATION`, so the estimate there is no better than
+          the zero matrix, the likelihood no longer measures the kernel, and no redraw can
+          follow the range. A :class:`~gp_couple.halting.HaltingInflationWarning` says so.
+        * The round on walks redrawn for the whitened error ended with a larger one than the
+          round before. More walkers lower the estimate's error at fixed hyperparameters, but
+          the round can carry L-BFGS to a lower noise and a larger output scale, where the
+          error whitened by the noise is larger and the likelihood's second-order correction
+          fails.
+
+        Every other round is kept.
+
+        :warns HaltingInflationWarning: In the first case.
         """
+        inflation = unreliable_inflation(self.kernel_family, MIN_P_HALT)
+        if inflation is not None:
+            family = self.kernel_family
+            warnings.warn(f"GRFKernel: a training round on the prediction walks ended at {type(family).__name__}"
+                          f"({family.extra_repr()}), where even walks at p_halt={MIN_P_HALT:g} inflate the features' "
+                          f"second moment by {inflation:.3g} > {WARNING_INFLATION:g} and estimate nothing; the round "
+                          "is undone. The "
+                          "data may call for a longer range than graph random features estimate at this cost: use "
+                          "an exact kernel (MatrixFreeGraphKernel, or gp_couple.recipes.fit_graph_gp, which chooses)",
+                          HaltingInflationWarning, stacklevel=4)
+            return True
         start, end = self._expansion_start, self._evaluation
         if start is None:
             return False
@@ -696,8 +740,9 @@ class GRFKernel(GraphNodeKernel):
     def undo_round(self) -> None:
         """Take back the report of the round before the one just run (:meth:`round_regressed`)."""
         self._evaluation = self._round_start
+        if self._expansion_start is not None:
+            self._expansion_undone = (self._expansion_walkers, self.num_walkers)
         self._expansion_start = None
-        self._expansion_undone = (self._expansion_walkers, self.num_walkers)
 
     def estimate_prediction_error(self, evaluation: LikelihoodEvaluation) -> float | None:
         r"""The mean squared error the walks add to the predictive mean away from the data, relative to its scale.

@@ -717,3 +717,25 @@ def test_every_phase_after_the_first_starts_from_the_curvature_the_last_one_ende
     for (_, ended), (started, _) in zip(calls, calls[1:]):
         assert len(ended) > 0 and started is ended
     assert history.curvature is calls[-1][1]
+
+
+def test_a_round_that_ends_beyond_the_walks_reach_is_undone_with_a_warning() -> None:
+    """A round on the prediction walks whose end point lies where those walks' halting inflation exceeds
+    the warning bound (here a range whose modulation underflows to zero) is undone, saying why and
+    naming the exact kernel; within the bound a round is kept; the walker search refuses an estimate of
+    zeros with a clear error instead of a NaN."""
+    from gp_couple.halting import HaltingInflationWarning
+
+    kernel = GRFKernel(GRAPH, seed=0)
+    report = {"outputscale": 1.0, "residual": torch.zeros(3), "noise": torch.ones(3)}
+    kernel._round_start = LikelihoodEvaluation(None, **report)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not kernel.round_regressed()
+    kernel.kernel_family.gamma = 1e4
+    with pytest.warns(HaltingInflationWarning, match=r"gamma=10000.*round is undone.*MatrixFreeGraphKernel"):
+        assert kernel.round_regressed()
+    kernel.undo_round()
+    assert kernel._evaluation is kernel._round_start and kernel._expansion_undone is None
+    with pytest.raises(ValueError, match=r"gamma=10000.*zero or not finite.*suggest_p_halt"):
+        kernel.walkers_for(0.01, start=8, max_walkers=64)
