@@ -54,6 +54,7 @@ from .kernels.walk_schedule import (
     WalkSchedule,
 )
 from .models import GraphGP, fit_gp
+from .operators.chebyshev_basis import kept_terms_entries
 from .optimize import Convergence, TrainingHistory
 from .predictive_variance import DENSE_VARIANCE_SIZE
 from .settings import grf_gp_settings, kept_chebyshev_terms
@@ -70,10 +71,11 @@ MATRIX_FREE_NODES_PER_OBSERVED = 15
 #: The same for predicting every node where the matrix-free kernel's training keeps its terms
 #: (:data:`KEPT_TERMS_DEGREE`); for training alone there is then no limit.
 MATRIX_FREE_NODES_PER_OBSERVED_KEPT = 50
-#: Chebyshev degree up to which the terms of the observed nodes' covariance, :math:`(J + 1)n^2`
-#: numbers, must fit :class:`~gp_couple.settings.kept_chebyshev_terms` for the matrix-free
-#: kernel's training to count as keeping them (1,024 observed nodes at the default bound).
-KEPT_TERMS_DEGREE = 63
+#: Chebyshev degree up to which the terms of the observed nodes' covariance (its symmetric half,
+#: about :math:`(J + 1)n^2/2` numbers, :func:`~gp_couple.operators.chebyshev_basis.kept_terms_entries`)
+#: must fit :class:`~gp_couple.settings.kept_chebyshev_terms` for the matrix-free kernel's training
+#: to count as keeping them (1,024 observed nodes at the default bound).
+KEPT_TERMS_DEGREE = 123
 #: Graphs of at most this many nodes get the matrix-free exact kernel however few nodes are observed.
 MATRIX_FREE_MIN_NODES = 20_000
 
@@ -216,7 +218,7 @@ def matrix_free_nodes_per_observed(num_observed: int, *, predict_all_nodes: bool
         :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` there with ``predict_all_nodes``; else
         :data:`MATRIX_FREE_NODES_PER_OBSERVED`.
     """
-    if (KEPT_TERMS_DEGREE + 1) * num_observed ** 2 > kept_chebyshev_terms.value():
+    if kept_terms_entries(num_observed, KEPT_TERMS_DEGREE) > kept_chebyshev_terms.value():
         return MATRIX_FREE_NODES_PER_OBSERVED
     return MATRIX_FREE_NODES_PER_OBSERVED_KEPT if predict_all_nodes else None
 

@@ -13,6 +13,7 @@ from gp_couple import Diffusion, Graph, grf_gp_settings, predict
 from gp_couple.graphs import grid_graph
 from gp_couple.kernels import ExactGraphKernel, GRFKernel, MatrixFreeGraphKernel
 from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood
+from gp_couple.operators.chebyshev_basis import kept_terms_entries
 from gp_couple.recipes import (
     KEPT_TERMS_DEGREE,
     MATRIX_FREE_MIN_NODES,
@@ -67,8 +68,9 @@ def test_auto_chooses_the_matrix_free_kernel_up_to_its_limit_and_grf_above():
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed + 1), observed) == "grf"
     # Where the observed nodes' covariance terms fit the kept-terms bound: the matrix-free kernel on any
     # graph (for training; 50 nodes per observed node to predict every node).
-    kept = 1024  # (KEPT_TERMS_DEGREE + 1) kept^2 = 2^26, the default bound
-    assert (KEPT_TERMS_DEGREE + 1) * kept ** 2 == kept_chebyshev_terms.value()
+    kept = 1024  # the symmetric half of their terms to KEPT_TERMS_DEGREE fits 2^26, the default bound
+    assert kept_terms_entries(kept, KEPT_TERMS_DEGREE) <= kept_chebyshev_terms.value()
+    assert kept_terms_entries(kept + 1, KEPT_TERMS_DEGREE) > kept_chebyshev_terms.value()
     huge = path_graph(10**6)
     for observed in (1, kept):
         assert matrix_free_nodes_per_observed(observed) is None

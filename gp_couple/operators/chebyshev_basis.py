@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ..sparse_pattern import sparse_csr
 
-__all__ = ["BLOCK_ENTRIES", "ChebyshevBasis", "one_hot_columns"]
+__all__ = ["BLOCK_ENTRIES", "ChebyshevBasis", "kept_terms_entries", "one_hot_columns"]
 
 #: Numbers held by one block of one-hot recurrences (three blocks live at once).
 BLOCK_ENTRIES = 1 << 23
@@ -188,12 +188,14 @@ class ChebyshevBasis:
         respect to the coefficients are sums over them, for any coefficients: the recurrence
         runs once for a sequence of evaluations on the same nodes, as in training on the dense
         (Cholesky) path. They are kept for the last pair of node sets asked for, with 25%
-        headroom in degree (within ``max_entries``). They come from one-hot recurrences on
-        blocks of columns that are close in the graph (:meth:`_local_blocks`), each on the
-        part of the graph it can reach: :math:`T_j\mathbf e_b` lives within :math:`j` hops of
-        :math:`b`, so step :math:`j` multiplies only the rows of :math:`\widetilde{\mathbf W}`
-        within :math:`j` hops of the block (:class:`_LocalRecurrence`), and the cost follows
-        the balls of radius :math:`J` around the columns rather than the whole graph. A higher
+        headroom in degree (within ``max_entries``); where the rows are the same node set as
+        the columns, as for a training covariance, only its symmetric half is kept. They come
+        from one-hot recurrences on blocks of columns that are close in the graph
+        (:meth:`_local_blocks`), each on the part of the graph it can reach:
+        :math:`T_j\mathbf e_b` lives within :math:`j` hops of :math:`b`, so step :math:`j`
+        multiplies only the rows of :math:`\widetilde{\mathbf W}` within :math:`j` hops of the
+        block (:class:`_LocalRecurrence`), and the cost follows the balls of radius :math:`J`
+        around the columns rather than the whole graph. A higher
         degree, as training's degree drifts with the hyperparameters, continues each block's
         recurrence from its last two terms, kept too where their numbers are within
         ``max_entries`` (otherwise the terms are recomputed). A request for another pair
@@ -209,10 +211,20 @@ class ChebyshevBasis:
         if kept is None:
             return None
         weights = coefficients.to(torch.float64)
-        block = torch.cat([sum(torch.einsum("...j,jab->...ab", weights[..., first:first + segment.shape[0]], segment)
-                               for first, segment in chunk) for chunk in kept.up_to(coefficients.shape[-1] - 1)],
-                          dim=-1)
-        return block[..., kept.column_order.to(block.device)].to(coefficients.dtype)
+        pieces = [sum(torch.einsum("...j,jab->...ab", weights[..., first:first + segment.shape[0]], segment)
+                      for first, segment in chunk) for chunk in kept.up_to(coefficients.shape[-1] - 1)]
+        order = kept.column_order.to(weights.device)
+        if kept.row_order is None:
+            return torch.cat(pieces, dim=-1)[..., order].to(coefficients.dtype)
+        # Symmetric: each block of columns holds the rows of its own and the earlier blocks (the upper
+        # block triangle); the lower one is its transpose.
+        total = sum(piece.shape[-1] for piece in pieces)
+        upper = torch.cat([torch.nn.functional.pad(piece, (0, 0, 0, total - piece.shape[-2]))
+                           for piece in pieces], dim=-1)
+        chunk_of = torch.repeat_interleave(torch.arange(len(pieces), device=weights.device),
+                                           torch.tensor([piece.shape[-1] for piece in pieces], device=weights.device))
+        full = torch.where(chunk_of[:, None] == chunk_of[None, :], upper, upper + upper.mT)
+        return full[..., kept.row_order.to(weights.device), :][..., order].to(coefficients.dtype)
 
     def _block_terms(self, rows: Tensor, columns: Tensor, degree: int, max_entries: int) -> _KeptBlocks | None:
         """The kept terms of :meth:`block`, computed or continued to at least degree :math:`J`;
@@ -222,35 +234,42 @@ class ChebyshevBasis:
             kept = self._kept_blocks = None
         elif kept.degree >= degree:
             return kept
-        size = rows.numel() * columns.numel()
-        if (degree + 1) * size > max_entries:
-            self._kept_blocks = None
-            return None
-        degree_kept = max(degree, min(2 * math.ceil(1.25 * degree / 2), max_entries // size - 1))
         # Released while the terms grow: the end terms are overwritten in place, so an exception
         # part of the way leaves nothing kept rather than ends that no longer match the degree.
         self._kept_blocks = None
         if kept is None or kept.recurrences is None:
             kept = self._new_kept_blocks(rows, columns)
+        size = kept.entries_per_degree()
+        if (degree + 1) * size > max_entries:
+            return None
+        degree_kept = max(degree, min(2 * math.ceil(1.25 * degree / 2), max_entries // size - 1))
         first = kept.degree + 1
         recurrences = kept.recurrences or [_LocalRecurrence(self, chunk, device=rows.device) for chunk in kept.chunks]
-        for recurrence, segments in zip(recurrences, kept.segments):
+        for index, (recurrence, segments) in enumerate(zip(recurrences, kept.segments)):
             recurrence.extend(degree_kept)
-            targets, positions = recurrence.positions(rows)
-            segment = torch.zeros(degree_kept + 1 - first, rows.numel(), recurrence.sources.numel(),
+            chunk_rows = kept.chunk_rows(index)
+            targets, positions = recurrence.positions(chunk_rows)
+            segment = torch.zeros(degree_kept + 1 - first, chunk_rows.numel(), recurrence.sources.numel(),
                                   dtype=torch.float64, device=rows.device)
             for j, term in enumerate(recurrence.terms(degree_kept)):
                 segment[j].index_copy_(0, targets, term.index_select(0, positions))
+            recurrence.release()
             segments.append((first, segment))
         keep_ends = 2 * sum(recurrence.size * recurrence.sources.numel() for recurrence in recurrences) <= max_entries
-        self._kept_blocks = _KeptBlocks(kept.rows, kept.columns, kept.chunks, kept.column_order, kept.segments,
-                                        degree_kept, recurrences if keep_ends else None)
-        return self._kept_blocks
+        kept.degree, kept.recurrences = degree_kept, recurrences if keep_ends else None
+        self._kept_blocks = kept
+        return kept
 
     def _new_kept_blocks(self, rows: Tensor, columns: Tensor) -> _KeptBlocks:
-        """No terms yet for ``rows`` and ``columns``."""
+        """No terms yet for ``rows`` and ``columns``: symmetric storage where both are the same node set."""
         chunks, order = self._column_blocks(columns)
-        return _KeptBlocks(rows.clone(), columns.clone(), chunks, order, [[] for _ in chunks], -1)
+        row_order = None
+        distinct = torch.unique(columns.cpu())
+        if _same_nodes(torch.unique(rows.cpu()), distinct):
+            location = torch.empty_like(distinct)
+            location[torch.searchsorted(distinct, torch.cat(chunks))] = torch.arange(distinct.numel())
+            row_order = location[torch.searchsorted(distinct, rows.cpu())]
+        return _KeptBlocks(rows.clone(), columns.clone(), chunks, order, [[] for _ in chunks], -1, row_order=row_order)
 
     def summed_block(self, coefficients: Tensor, rows: Tensor, columns: Tensor) -> Tensor:
         r"""The block :math:`\sum_j c_j\,T_j(\widetilde{\mathbf W})_{AB}` summed as the local
@@ -496,11 +515,16 @@ def _layout(nnz: int, width: int) -> torch.layout:
 
 @dataclass
 class _KeptBlocks:
-    """The terms of :meth:`ChebyshevBasis.block` for one pair of node sets: the distinct columns in
-    local blocks (``chunks``), where each of ``columns`` lies in their concatenation
-    (``column_order``), per block the segments of consecutive degrees up to ``degree``
-    (``(first degree, (count, len(rows), len(chunk)))``), and the blocks' recurrences, to continue
-    them (``None`` where their last terms are not kept)."""
+    """The terms of :meth:`ChebyshevBasis.block` for one pair of node sets.
+
+    The distinct columns lie in local blocks (``chunks``), and ``column_order`` says where each
+    of ``columns`` lies in their concatenation. Per block, ``segments`` of consecutive degrees up
+    to ``degree`` (``(first degree, (count, rows, len(chunk)))``) hold the block's rows: all of
+    ``rows``, or, where the rows are the same node set as the columns (``row_order``, where each
+    of ``rows`` lies in the concatenation), the symmetric half: the nodes of this and the earlier
+    blocks. ``recurrences`` continue the blocks' recurrences (``None`` where their last terms are
+    not kept).
+    """
 
     rows: Tensor
     columns: Tensor
@@ -509,11 +533,39 @@ class _KeptBlocks:
     segments: list[list[tuple[int, Tensor]]]
     degree: int
     recurrences: list[_LocalRecurrence] | None = None
+    row_order: Tensor | None = None
+
+    def chunk_rows(self, index: int) -> Tensor:
+        """The row nodes the segments of block ``index`` hold."""
+        if self.row_order is None:
+            return self.rows
+        return torch.cat(self.chunks[:index + 1]).to(self.rows.device)
+
+    def entries_per_degree(self) -> int:
+        """Numbers held per degree."""
+        if self.row_order is None:
+            return self.rows.numel() * sum(chunk.numel() for chunk in self.chunks)
+        return symmetric_entries([chunk.numel() for chunk in self.chunks])
 
     def up_to(self, degree: int) -> list[list[tuple[int, Tensor]]]:
         """The segments of every block, cut at ``degree``."""
         return [[(first, segment[:degree + 1 - first]) for first, segment in chunk if first <= degree]
                 for chunk in self.segments]
+
+
+def symmetric_entries(block_sizes: list[int]) -> int:
+    """Numbers per degree of symmetric kept terms in blocks of columns of these sizes (each block holds the
+    rows of its own and the earlier blocks)."""
+    sizes = np.asarray(block_sizes, dtype=np.int64)
+    return int((np.cumsum(sizes) * sizes).sum())
+
+
+def kept_terms_entries(num_nodes: int, degree: int) -> int:
+    """Numbers :meth:`ChebyshevBasis.block` keeps for the symmetric block of ``num_nodes`` scattered nodes
+    (blocks of ``_COLUMN_BLOCK`` columns) to ``degree``: what a training covariance's terms take."""
+    sizes = [_COLUMN_BLOCK] * (num_nodes // _COLUMN_BLOCK) + ([num_nodes % _COLUMN_BLOCK] if num_nodes % _COLUMN_BLOCK
+                                                               else [])
+    return (degree + 1) * symmetric_entries(sizes)
 
 
 class _LocalRecurrence:
@@ -537,25 +589,37 @@ class _LocalRecurrence:
         self.hops = -1
         self.degree = -1  # of the last term computed
         self.size = 0
+        self._matrix: tuple[np.ndarray, Tensor, Tensor, Tensor] | None = None
         self._previous = self._current = torch.zeros(0, sources.numel(), dtype=torch.float64, device=device)
 
     def extend(self, hops: int) -> None:
         """Reach ``hops`` hops from the sources (exact terms up to that degree)."""
         if hops <= self.hops:
             return
-        local, ends = self.basis._layers(self.sources, hops)
-        restricted = sp.csr_matrix(self.basis._matrix_scipy()[local][:, local])
-        restricted.sort_indices()
-        self.local, self._ends, self.hops = local, ends, hops
-        self._row_pointer = restricted.indptr
-        # int32 indices, as for the whole matrix: MKL's sparse kernels would convert int64 ones on every product.
-        self._pointer = torch.from_numpy(restricted.indptr.astype(np.int32)).to(self.device)
-        self._columns = torch.from_numpy(restricted.indices.astype(np.int32)).to(self.device)
-        self._values = torch.from_numpy(restricted.data.astype(np.float64)).to(self.device)
-        padding = (0, 0, 0, local.size - self.size)
+        self.local, self._ends = self.basis._layers(self.sources, hops)
+        self.hops = hops
+        self._matrix = None
+        padding = (0, 0, 0, self.local.size - self.size)
         self._previous = torch.nn.functional.pad(self._previous, padding)
         self._current = torch.nn.functional.pad(self._current, padding)
-        self.size = local.size
+        self.size = self.local.size
+
+    def release(self) -> None:
+        """Drop the restricted matrix until the next step needs it (the last two terms are kept)."""
+        self._matrix = None
+
+    def _restricted(self) -> tuple[np.ndarray, Tensor, Tensor, Tensor]:
+        r""":math:`\widetilde{\mathbf W}` on the local nodes: SciPy's row pointer, and torch's pointer, columns and
+        values (int32 indices, as for the whole matrix: MKL's sparse kernels would convert int64 ones on every
+        product); built when first needed after :meth:`extend` or :meth:`release`."""
+        if self._matrix is None:
+            restricted = sp.csr_matrix(self.basis._matrix_scipy()[self.local][:, self.local])
+            restricted.sort_indices()
+            self._matrix = (restricted.indptr,
+                            torch.from_numpy(restricted.indptr.astype(np.int32)).to(self.device),
+                            torch.from_numpy(restricted.indices.astype(np.int32)).to(self.device),
+                            torch.from_numpy(restricted.data.astype(np.float64)).to(self.device))
+        return self._matrix
 
     def reach(self, degree: int) -> int:
         """How many leading local nodes the term of ``degree`` can be nonzero on."""
@@ -586,7 +650,7 @@ class _LocalRecurrence:
             # T_{j+1} = 2 W T_j - T_{j-1}, over T_{j-1}'s buffer (small products: COO, see _SMALL_PRODUCT).
             rows = self.reach(self.degree + 1)
             matrix, previous = self._leading_rows(rows), self._previous[:rows]
-            if int(self._row_pointer[rows]) * self.sources.numel() <= _SMALL_PRODUCT:
+            if int(self._restricted()[0][rows]) * self.sources.numel() <= _SMALL_PRODUCT:
                 previous.copy_(torch.sparse.mm(matrix.to_sparse_coo(), self._current).mul_(2).sub_(previous))
             else:
                 torch.addmm(previous, matrix, self._current, beta=-1, alpha=2, out=previous)
@@ -595,8 +659,9 @@ class _LocalRecurrence:
             yield self._current
 
     def _leading_rows(self, rows: int) -> Tensor:
-        end = int(self._row_pointer[rows])
-        return sparse_csr(self._pointer[:rows + 1], self._columns[:end], self._values[:end], (rows, self.size))
+        row_pointer, pointer, columns, values = self._restricted()
+        end = int(row_pointer[rows])
+        return sparse_csr(pointer[:rows + 1], columns[:end], values[:end], (rows, self.size))
 
 
 def _same_nodes(first: Tensor, second: Tensor) -> bool:

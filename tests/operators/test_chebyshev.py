@@ -514,3 +514,30 @@ def test_local_blocks_are_smaller_for_scattered_nodes():
         assert sorted(torch.cat(blocks).tolist()) == sorted(nodes.tolist())
         assert max(block.numel() for block in blocks) <= size
         assert len(blocks) <= math.ceil(nodes.numel() / size) + (size == 40)  # METIS balances to a few per cent
+
+
+def test_a_symmetric_block_keeps_half_its_terms_and_is_exact(monkeypatch):
+    """Rows that are the same node set as the columns (unsorted, repeated, as a training set may be): the
+    kept terms are the symmetric half (each block of columns with the rows of its own and the earlier
+    blocks), within a bound the full terms would exceed; the block, its continuation to a higher degree
+    and its gradient equal the exact kernel's."""
+    graph = grid_graph(7, 8)
+    monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    rows, columns = torch.tensor([40, 3, 17, 3, 55, 9, 28]), torch.tensor([3, 9, 17, 28, 40, 55])
+    half = chebyshev_basis.symmetric_entries([2, 2, 2])
+    assert half == 2 * 2 + 4 * 2 + 6 * 2 < rows.numel() * columns.numel()
+    matrices = chebyshev_matrices(20, graph)
+    for degree in (6, 14):
+        coefficients = torch.randn(degree + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(degree),
+                                   requires_grad=True)
+        block = basis.block(coefficients, rows, columns, (degree + 1) * half)
+        assert block is not None and basis._kept_blocks.entries_per_degree() == half
+        expected = torch.einsum("j,jab->ab", coefficients, matrices[:degree + 1][:, rows][:, :, columns])
+        torch.testing.assert_close(block, expected, rtol=0, atol=1e-12)
+        weights = torch.randn(rows.numel(), columns.numel(), dtype=torch.float64,
+                              generator=torch.Generator().manual_seed(degree))
+        (gradient,) = torch.autograd.grad((block * weights).sum(), coefficients)
+        (exact,) = torch.autograd.grad((expected * weights).sum(), coefficients)
+        torch.testing.assert_close(gradient, exact, rtol=0, atol=1e-12)
+    assert chebyshev_basis.kept_terms_entries(5, 3) == 4 * chebyshev_basis.symmetric_entries([2, 2, 1])
