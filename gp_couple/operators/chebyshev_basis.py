@@ -187,8 +187,9 @@ class ChebyshevBasis:
         The terms do not depend on the hyperparameters, so the block and its gradient with
         respect to the coefficients are sums over them, for any coefficients: the recurrence
         runs once for a sequence of evaluations on the same nodes, as in training on the dense
-        (Cholesky) path. They are kept for the last pair of node sets asked for, with 25%
-        headroom in degree (within ``max_entries``); where the rows are the same node set as
+        (Cholesky) path. They are kept for the last pair of node sets asked for, with headroom
+        in degree (within ``max_entries``; 25%, or 100% where the recurrences cannot be
+        continued but must start again); where the rows are the same node set as
         the columns, as for a training covariance, only its symmetric half is kept. They come
         from one-hot recurrences on blocks of columns that are close in the graph
         (:meth:`_local_blocks`), each on the part of the graph it can reach:
@@ -199,7 +200,7 @@ class ChebyshevBasis:
         degree, as training's degree drifts with the hyperparameters, continues each block's
         recurrence from its last two terms, kept too where their numbers are within
         ``max_entries`` (otherwise the terms are recomputed). A request for another pair
-        releases them.
+        releases them; one beyond the bound (``None``) does not.
 
         :param coefficients: :math:`c_0, \dots, c_J`, ``(*batch, J + 1)`` (differentiable).
         :param rows: Node indices of :math:`A` (int64, 1-D).
@@ -228,21 +229,28 @@ class ChebyshevBasis:
 
     def _block_terms(self, rows: Tensor, columns: Tensor, degree: int, max_entries: int) -> _KeptBlocks | None:
         """The kept terms of :meth:`block`, computed or continued to at least degree :math:`J`;
-        ``None`` beyond the bound."""
+        ``None`` beyond the bound (what is kept for these nodes stays kept: a trial point of
+        training beyond the bound does not cost the next evaluation its terms)."""
         kept = self._kept_blocks
         if kept is None or not (_same_nodes(kept.rows, rows) and _same_nodes(kept.columns, columns)):
             kept = self._kept_blocks = None
         elif kept.degree >= degree:
             return kept
+        fresh = self._new_kept_blocks(rows, columns) if kept is None or kept.recurrences is None else kept
+        size = fresh.entries_per_degree()
+        if (degree + 1) * size > max_entries:
+            return None
+        # Headroom: 25 % where the recurrences can go on from their last terms (as they could last
+        # time, or as the whole graph's would); where they must start again, twice the degree, so
+        # that the recomputations cost at most about twice the last one.
+        continues = (kept.recurrences is not None if kept is not None
+                     else 2 * self.num_nodes * columns.numel() <= max_entries)
+        headroom = 1.25 if continues else 2.0
+        degree_kept = max(degree, min(2 * math.ceil(headroom * degree / 2), max_entries // size - 1))
         # Released while the terms grow: the end terms are overwritten in place, so an exception
         # part of the way leaves nothing kept rather than ends that no longer match the degree.
         self._kept_blocks = None
-        if kept is None or kept.recurrences is None:
-            kept = self._new_kept_blocks(rows, columns)
-        size = kept.entries_per_degree()
-        if (degree + 1) * size > max_entries:
-            return None
-        degree_kept = max(degree, min(2 * math.ceil(1.25 * degree / 2), max_entries // size - 1))
+        kept = fresh
         first = kept.degree + 1
         recurrences = kept.recurrences or [_LocalRecurrence(self, chunk, device=rows.device) for chunk in kept.chunks]
         for index, (recurrence, segments) in enumerate(zip(recurrences, kept.segments)):

@@ -322,8 +322,8 @@ def _record_local_steps(monkeypatch, steps: list) -> None:
 def test_block_terms_are_kept_for_one_pair_of_node_sets_with_headroom(monkeypatch, chunks):
     """Blocks sum_j c_j T_j(W~)_AB from the kept terms are exact; asked again on the same nodes
     within their degree they run no recurrence; a higher degree continues the recurrence from the
-    kept last terms (25 % headroom, within the bound), or recomputes where those were not kept;
-    another pair, or one beyond the bound, releases them."""
+    kept last terms (25 % headroom, within the bound), or recomputes where those were not kept (to
+    twice the degree); another pair releases them, a request beyond the bound does not."""
     graph = grid_graph(5, 6)
     if chunks == 2:  # three columns in blocks of two and one
         monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)
@@ -354,16 +354,19 @@ def test_block_terms_are_kept_for_one_pair_of_node_sets_with_headroom(monkeypatc
     check(14, 10**6, [])
     check(20, 21 * size, [("continued", 6)])  # headroom only within the bound
     assert basis._kept_blocks.degree == 20
-    assert block(rows, columns, 21, 21 * size) is None and basis._kept_blocks is None
-    # Where the last terms on the reached nodes (here the whole graph: 2 N |B| = 180 numbers)
-    # exceed the bound: recomputed.
-    check(8, 179, [("terms", 10)])
-    assert basis._kept_blocks.recurrences is None
-    check(11, 10**6, [("terms", 14)])
+    # Beyond the bound: no block, and what is kept stays kept (a trial point of training out there
+    # does not cost the next evaluation its terms).
+    assert block(rows, columns, 21, 21 * size) is None and basis._kept_blocks.degree == 20
+    check(20, 21 * size, [])
     # Another pair of node sets replaces the kept one.
     steps.clear()
     assert block(columns, rows, 4, 10**6) is not None
     assert set(steps) == {("terms", 6)} and torch.equal(basis._kept_blocks.rows, columns)
+    # Where the last terms on the reached nodes (here the whole graph: 2 N |B| = 180 numbers)
+    # exceed the bound: recomputed, to twice the degree.
+    check(8, 179, [("terms", 10)])
+    assert basis._kept_blocks.recurrences is None
+    check(11, 10**6, [("terms", 22)])
 
 
 @pytest.mark.parametrize("columns", [[40, 41, 52, 53, 40], [3, 140, 77, 3, 20, 131, 64]])
