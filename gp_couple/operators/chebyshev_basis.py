@@ -42,6 +42,9 @@ _LOCAL_BLOCK = 64
 #: Block of diagonal nodes scattered over the graph (their neighbourhoods overlap less, so a
 #: block's recurrence reaches fewer rows per node in smaller blocks).
 _SCATTERED_BLOCK = 16
+#: Mean fraction of the graph per step beyond which scattered nodes' recurrences are run in the larger
+#: blocks of dense requests (their neighbourhoods then cover the graph anyway).
+_COVERED = 0.5
 #: Columns per local recurrence of a dense block: fewer columns reach fewer rows where their balls
 #: do not overlap, more make each sparse product cheaper per column (measured on grids of 10^4 to
 #: 10^6 nodes: see benchmarks/RESULTS.md, "Dense blocks on the nodes each column reaches").
@@ -236,7 +239,7 @@ class ChebyshevBasis:
             kept = self._kept_blocks = None
         elif kept.degree >= degree:
             return kept
-        fresh = self._new_kept_blocks(rows, columns) if kept is None or kept.recurrences is None else kept
+        fresh = self._new_kept_blocks(rows, columns, degree) if kept is None or kept.recurrences is None else kept
         size = fresh.entries_per_degree()
         if (degree + 1) * size > max_entries:
             return None
@@ -268,9 +271,10 @@ class ChebyshevBasis:
         self._kept_blocks = kept
         return kept
 
-    def _new_kept_blocks(self, rows: Tensor, columns: Tensor) -> _KeptBlocks:
-        """No terms yet for ``rows`` and ``columns``: symmetric storage where both are the same node set."""
-        chunks, order = self._column_blocks(columns)
+    def _new_kept_blocks(self, rows: Tensor, columns: Tensor, degree: int) -> _KeptBlocks:
+        """No terms yet for ``rows`` and ``columns`` (to be computed to ``degree`` or more): symmetric storage
+        where both are the same node set."""
+        chunks, order = self._column_blocks(columns, degree)
         row_order = None
         distinct = torch.unique(columns.cpu())
         if _same_nodes(torch.unique(rows.cpu()), distinct):
@@ -291,7 +295,7 @@ class ChebyshevBasis:
         :return: ``(*batch, len(rows), len(columns))`` in the coefficients' dtype.
         """
         weights = coefficients.detach().to(torch.float64)
-        chunks, order = self._column_blocks(columns)
+        chunks, order = self._column_blocks(columns, weights.shape[-1] - 1)
         parts = []
         for chunk in chunks:
             part = torch.zeros(*weights.shape[:-1], rows.numel(), chunk.numel(), dtype=torch.float64,
@@ -312,7 +316,7 @@ class ChebyshevBasis:
         :param degree: :math:`J`.
         :return: ``(*batch, J + 1)`` float64.
         """
-        chunks, order = self._column_blocks(columns)
+        chunks, order = self._column_blocks(columns, degree)
         left = left.to(torch.float64)
         # The adjoint of gathering the columns: scatter onto the blocks' columns (repeats add up).
         gathered = left.new_zeros(*left.shape[:-1], sum(chunk.numel() for chunk in chunks))
@@ -332,11 +336,11 @@ class ChebyshevBasis:
         for term in recurrence.terms(degree):
             yield targets, term.index_select(0, positions)
 
-    def _column_blocks(self, columns: Tensor) -> tuple[list[Tensor], Tensor]:
-        """The distinct ``columns`` in local blocks (:meth:`_local_blocks`), and where each of ``columns``
-        lies in their concatenation."""
+    def _column_blocks(self, columns: Tensor, degree: int) -> tuple[list[Tensor], Tensor]:
+        """The distinct ``columns`` in local blocks for recurrences to ``degree`` (:meth:`_local_blocks`), and
+        where each of ``columns`` lies in their concatenation."""
         distinct, position = torch.unique(columns.cpu(), return_inverse=True)
-        chunks = self._local_blocks(distinct, _COLUMN_BLOCK)
+        chunks = self._local_blocks(distinct, _LOCAL_BLOCK, _COLUMN_BLOCK, hops=degree)
         location = torch.empty_like(distinct)
         location[torch.searchsorted(distinct, torch.cat(chunks))] = torch.arange(distinct.numel())
         return chunks, location[position]
@@ -397,7 +401,7 @@ class ChebyshevBasis:
         if not nodes.numel():
             return
         blocks = self._local_blocks(nodes, max(_LOCAL_BLOCK, BLOCK_ENTRIES // (3 * self.num_nodes)),
-                                    _SCATTERED_BLOCK)
+                                    _SCATTERED_BLOCK, hops=(degree + 1) // 2)
         computed = [self._one_hot_diagonals(block.to(device), degree).cpu() for block in blocks]
         nodes = torch.cat(blocks)
         self._diagonal_degree[nodes] = -1
@@ -422,14 +426,20 @@ class ChebyshevBasis:
             self._rank[order] = torch.arange(order.numel())
         return self._rank
 
-    def _local_blocks(self, nodes: Tensor, size: int, scattered_size: int | None = None) -> list[Tensor]:
+    def _local_blocks(self, nodes: Tensor, size: int, scattered_size: int | None = None,
+                      hops: int | None = None) -> list[Tensor]:
         """``nodes`` (CPU int64, distinct) in blocks of about ``size`` nodes that are close in the graph.
 
         Where the nodes are dense in the graph (their induced subgraph has an average degree of
         at least 2, e.g. a chunk of a mesh), METIS splits that subgraph into compact parts;
         scattered nodes are cut from a reverse Cuthill-McKee order, in blocks of
-        ``scattered_size`` (default ``size``). Within a block, and the blocks themselves, follow
-        that order, so the result depends on ``nodes`` alone.
+        ``scattered_size`` (default ``size``): their neighbourhoods overlap less, and a block's
+        recurrence multiplies the union of them. Unless, for recurrences of ``hops`` steps, a
+        first such block reaches on average more than :data:`_COVERED` of the graph per step (a
+        small-world graph, or a range as wide as the graph): then every block costs about the
+        whole graph per step anyway, and blocks of ``size`` make fewer of them. Within a block,
+        and the blocks themselves, follow that order, so the result depends on ``nodes`` (and
+        ``hops``) alone.
         """
         rank = self._locality_rank()
         nodes = nodes[torch.argsort(rank[nodes])]
@@ -442,6 +452,10 @@ class ChebyshevBasis:
         induced.setdiag(0)
         induced.eliminate_zeros()
         if induced.nnz < 2 * count:
+            if hops is not None and scattered_size < size:
+                _, ends = self._layers(nodes[:scattered_size], hops)
+                if ends.sum() > _COVERED * (hops + 1) * self.num_nodes:
+                    scattered_size = size
             return list(torch.split(nodes, scattered_size))
         if count <= size:
             return [nodes]

@@ -198,7 +198,8 @@ def test_diagonal_in_small_local_blocks_matches(monkeypatch, rows, columns, scat
     monkeypatch.setattr(ChebyshevBasis, "_layers",
                         lambda self, nodes, hops: reached.append(layers(self, nodes, hops)) or reached[-1])
     monkeypatch.setattr(ChebyshevBasis, "_local_blocks",
-                        lambda self, nodes, *sizes: blocks.append(local_blocks(self, nodes, *sizes)) or blocks[-1])
+                        lambda self, nodes, *sizes, **hops: blocks.append(local_blocks(self, nodes, *sizes, **hops))
+                        or blocks[-1])
     nodes = torch.arange(graph.num_nodes).flip(0)
     if scattered:
         nodes = nodes[::7]
@@ -291,6 +292,7 @@ def test_dense_block_gradients_on_every_path(monkeypatch, path):
     if path == "local recurrences":
         monkeypatch.setattr(kept_chebyshev_terms, "_global_value", 0)
     monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)  # two columns per block
+    monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
     monkeypatch.setattr(ChebyshevBasis, "terms", lambda *args: pytest.fail("a recurrence on the whole graph"))
     rows, columns = torch.tensor([3, 0, 19, 3, 11]), torch.tensor([7, 2, 2, 16])
     op, family = _operator(rows, columns)
@@ -327,6 +329,7 @@ def test_block_terms_are_kept_for_one_pair_of_node_sets_with_headroom(monkeypatc
     graph = grid_graph(5, 6)
     if chunks == 2:  # three columns in blocks of two and one
         monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)
+        monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
     basis = ChebyshevBasis(graph.normalized_adjacency())
     matrices = chebyshev_matrices(30, graph)
     steps = []
@@ -376,6 +379,7 @@ def test_block_terms_run_on_the_nodes_each_block_of_columns_reaches(monkeypatch,
     reach; repeated and unsorted columns keep their order; every block is exact."""
     graph = grid_graph(12, 12)
     monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)
+    monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
     basis = ChebyshevBasis(graph.normalized_adjacency())
     matrices = chebyshev_matrices(13, graph)
     reached = []
@@ -488,6 +492,7 @@ def test_dense_blocks_above_the_bound_are_summed_on_the_reached_nodes(monkeypatc
     way the blocks and their gradients equal the exact kernel's, with repeated nodes."""
     graph = grid_graph(9, 10)
     monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)
+    monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
     monkeypatch.setattr(ChebyshevBasis, "terms", lambda *args: pytest.fail("a recurrence on the whole graph"))
     family = Diffusion(batch_shape=torch.Size([2])).double()
     family.gamma = torch.tensor([[0.7], [2.1]], dtype=torch.float64)
@@ -526,6 +531,7 @@ def test_a_symmetric_block_keeps_half_its_terms_and_is_exact(monkeypatch):
     and its gradient equal the exact kernel's."""
     graph = grid_graph(7, 8)
     monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 2)
+    monkeypatch.setattr(chebyshev_basis, "_LOCAL_BLOCK", 2)
     basis = ChebyshevBasis(graph.normalized_adjacency())
     rows, columns = torch.tensor([40, 3, 17, 3, 55, 9, 28]), torch.tensor([3, 9, 17, 28, 40, 55])
     half = chebyshev_basis.symmetric_entries([2, 2, 2])
@@ -544,3 +550,18 @@ def test_a_symmetric_block_keeps_half_its_terms_and_is_exact(monkeypatch):
         (exact,) = torch.autograd.grad((expected * weights).sum(), coefficients)
         torch.testing.assert_close(gradient, exact, rtol=0, atol=1e-12)
     assert chebyshev_basis.kept_terms_entries(5, 3) == 4 * chebyshev_basis.symmetric_entries([2, 2, 1])
+
+
+def test_scattered_nodes_whose_recurrences_cover_the_graph_get_the_larger_blocks():
+    """Where a first block of scattered nodes reaches, on average over the steps, more than half of the
+    graph (a range as wide as the graph), every block costs the whole graph per step anyway: the larger
+    blocks are used; at a short range, the scattered size."""
+    graph = grid_graph(30, 30)
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    scattered = torch.arange(0, 900, 37)
+    short = basis._local_blocks(scattered, 12, 4, hops=2)
+    wide = basis._local_blocks(scattered, 12, 4, hops=200)
+    for blocks in (short, wide):
+        assert sorted(torch.cat(blocks).tolist()) == scattered.tolist()
+    assert max(block.numel() for block in short) == 4
+    assert max(block.numel() for block in wide) == 12
