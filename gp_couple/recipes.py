@@ -12,11 +12,12 @@ against the exact GP trained to the same convergence criterion.
 
 :func:`fit_graph_gp` is the entry point for users who do not want to choose: it trains the
 exact GP with the matrix-free kernel
-(:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`) where the graph is small
-against the observed nodes, where that is the cheaper model at the same accuracy, and the
-GRF recipe on graphs much larger than the observed nodes, where the GRF-GP's cost grows with
-the observed and predicted nodes and not with the graph (:func:`choose_graph_kernel` says
-which, and why).
+(:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`) wherever that is the cheaper
+model at the same accuracy: on any graph with up to about a thousand observed nodes (its dense
+blocks then run on the nodes near the observed and predicted ones), and with more observed
+nodes where the graph is small against them; and the GRF recipe on graphs much larger than
+many observed nodes, where the GRF-GP's cost grows with the observed and predicted nodes and
+not with the graph (:func:`choose_graph_kernel` says which, and why).
 """
 
 from __future__ import annotations
