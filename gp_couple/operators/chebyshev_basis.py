@@ -239,10 +239,12 @@ class ChebyshevBasis:
             kept = self._kept_blocks = None
         elif kept.degree >= degree:
             return kept
-        fresh = self._new_kept_blocks(rows, columns, degree) if kept is None or kept.recurrences is None else kept
+        fresh = self._new_kept_blocks(rows, columns, degree) if kept is None else kept
         size = fresh.entries_per_degree()
         if (degree + 1) * size > max_entries:
             return None
+        if fresh.recurrences is None:
+            fresh = fresh.restarted()
         # Headroom: 25 % where the recurrences can go on from their last terms (as they could last
         # time, or as the whole graph's would); where they must start again, twice the degree, so
         # that the recomputations cost at most about twice the last one.
@@ -275,12 +277,8 @@ class ChebyshevBasis:
         """No terms yet for ``rows`` and ``columns`` (to be computed to ``degree`` or more): symmetric storage
         where both are the same node set."""
         chunks, order = self._column_blocks(columns, degree)
-        row_order = None
-        distinct = torch.unique(columns.cpu())
-        if _same_nodes(torch.unique(rows.cpu()), distinct):
-            location = torch.empty_like(distinct)
-            location[torch.searchsorted(distinct, torch.cat(chunks))] = torch.arange(distinct.numel())
-            row_order = location[torch.searchsorted(distinct, rows.cpu())]
+        symmetric = _same_nodes(torch.unique(rows.cpu()), torch.unique(columns.cpu()))
+        row_order = _positions_in(chunks, rows.cpu()) if symmetric else None
         return _KeptBlocks(rows.clone(), columns.clone(), chunks, order, [[] for _ in chunks], -1, row_order=row_order)
 
     def summed_block(self, coefficients: Tensor, rows: Tensor, columns: Tensor) -> Tensor:
@@ -339,11 +337,8 @@ class ChebyshevBasis:
     def _column_blocks(self, columns: Tensor, degree: int) -> tuple[list[Tensor], Tensor]:
         """The distinct ``columns`` in local blocks for recurrences to ``degree`` (:meth:`_local_blocks`), and
         where each of ``columns`` lies in their concatenation."""
-        distinct, position = torch.unique(columns.cpu(), return_inverse=True)
-        chunks = self._local_blocks(distinct, _LOCAL_BLOCK, _COLUMN_BLOCK, hops=degree)
-        location = torch.empty_like(distinct)
-        location[torch.searchsorted(distinct, torch.cat(chunks))] = torch.arange(distinct.numel())
-        return chunks, location[position]
+        chunks = self._local_blocks(torch.unique(columns.cpu()), _LOCAL_BLOCK, _COLUMN_BLOCK, hops=degree)
+        return chunks, _positions_in(chunks, columns.cpu())
 
     # ---------------------------------------------------------------- diagonals
     def _reset_diagonals(self) -> None:
@@ -557,6 +552,11 @@ class _KeptBlocks:
     recurrences: list[_LocalRecurrence] | None = None
     row_order: Tensor | None = None
 
+    def restarted(self) -> _KeptBlocks:
+        """The same node sets and blocks with no terms yet (for recurrences that must start again)."""
+        return _KeptBlocks(self.rows, self.columns, self.chunks, self.column_order, [[] for _ in self.chunks], -1,
+                           row_order=self.row_order)
+
     def chunk_rows(self, index: int) -> Tensor:
         """The row nodes the segments of block ``index`` hold."""
         if self.row_order is None:
@@ -660,7 +660,8 @@ class _LocalRecurrence:
         r"""Yield the terms after the last computed, up to ``degree`` (at most ``hops``), as
         ``(size, len(sources))`` buffers: the last two yielded stay valid until the next call."""
         if self.degree < 0:
-            self._previous[torch.arange(self.sources.numel()), torch.arange(self.sources.numel())] = 1.0
+            diagonal = torch.arange(self.sources.numel(), device=self.device)
+            self._previous[diagonal, diagonal] = 1.0
             self.degree = 0
             yield self._previous
         if self.degree == 0 and degree >= 1:
@@ -684,6 +685,13 @@ class _LocalRecurrence:
         row_pointer, pointer, columns, values = self._restricted()
         end = int(row_pointer[rows])
         return sparse_csr(pointer[:rows + 1], columns[:end], values[:end], (rows, self.size))
+
+
+def _positions_in(chunks: list[Tensor], nodes: Tensor) -> Tensor:
+    """Where each of ``nodes`` (all among the chunks' distinct nodes) lies in the concatenation of ``chunks``."""
+    concatenated = torch.cat(chunks)
+    distinct, where = torch.sort(concatenated)
+    return where[torch.searchsorted(distinct, nodes)]
 
 
 def _same_nodes(first: Tensor, second: Tensor) -> bool:
