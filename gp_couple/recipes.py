@@ -13,11 +13,11 @@ against the exact GP trained to the same convergence criterion.
 :func:`fit_graph_gp` is the entry point for users who do not want to choose: it trains the
 exact GP with the matrix-free kernel
 (:class:`~gp_couple.kernels.matrix_free.MatrixFreeGraphKernel`) wherever that is the cheaper
-model at the same accuracy: on any graph with up to about a thousand observed nodes (its dense
-blocks then run on the nodes near the observed and predicted ones), and with more observed
-nodes where the graph is small against them; and the GRF recipe on graphs much larger than
-many observed nodes, where the GRF-GP's cost grows with the observed and predicted nodes and
-not with the graph (:func:`choose_graph_kernel` says which, and why).
+model at the same accuracy: on any graph with up to :data:`MATRIX_FREE_OBSERVED` observed nodes
+(its dense blocks then run on the nodes near the observed and predicted ones), and with more
+observed nodes where the graph is small against them; and the GRF recipe on graphs much larger
+than more observed nodes, where the GRF-GP's cost grows with the observed and predicted nodes
+and not with the graph (:func:`choose_graph_kernel` says which, and why).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ from .predictive_variance import DENSE_VARIANCE_SIZE
 from .settings import grf_gp_settings, kept_chebyshev_terms
 
 __all__ = ["GRAPH_KERNELS", "KEPT_TERMS_DEGREE", "MATRIX_FREE_MIN_NODES", "MATRIX_FREE_NODES_PER_OBSERVED",
-           "MATRIX_FREE_NODES_PER_OBSERVED_KEPT", "choose_graph_kernel", "matrix_free_nodes_per_observed",
+           "MATRIX_FREE_NODES_PER_OBSERVED_KEPT", "MATRIX_FREE_OBSERVED", "choose_graph_kernel",
+           "matrix_free_nodes_per_observed",
            "fit_graph_gp", "fit_graph_kernel", "fit_grf_gp"]
 
 _logger = logging.getLogger(__name__)
@@ -72,13 +73,19 @@ MATRIX_FREE_NODES_PER_OBSERVED = 15
 #: The same for predicting every node where the matrix-free kernel's training keeps its terms
 #: (:data:`KEPT_TERMS_DEGREE`); for training alone there is then no limit.
 MATRIX_FREE_NODES_PER_OBSERVED_KEPT = 50
-#: Chebyshev degree up to which the terms of the observed nodes' covariance (its symmetric half,
-#: about :math:`(J + 1)n^2/2` numbers, :func:`~gp_couple.operators.chebyshev_basis.kept_terms_entries`)
-#: must fit :class:`~gp_couple.settings.kept_chebyshev_terms` for the matrix-free kernel's training
-#: to count as keeping them (1,024 observed nodes at the default bound).
+#: Chebyshev degree up to which the terms of the observed nodes' covariance (its symmetric half where
+#: every observed node reaches every other, about :math:`(J + 1)n^2/2` numbers,
+#: :func:`~gp_couple.operators.chebyshev_basis.kept_terms_entries`) must fit
+#: :class:`~gp_couple.settings.kept_chebyshev_terms` for the matrix-free kernel's training to count as
+#: keeping them wherever the observed nodes lie (1,024 observed nodes at the default bound).
 KEPT_TERMS_DEGREE = 123
 #: Graphs of at most this many nodes get the matrix-free exact kernel however few nodes are observed.
 MATRIX_FREE_MIN_NODES = 20_000
+#: Observed nodes up to which :func:`choose_graph_kernel` trains the matrix-free exact kernel on any graph:
+#: its training covariance is factored densely from terms kept on the rows each block of observed nodes
+#: reaches; with twice as many, its cubic factorisation cost more than the GRF-GP's training
+#: (``benchmarks/RESULTS.md``, "Kept terms on the rows each block reaches").
+MATRIX_FREE_OBSERVED = 4096
 
 
 def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
@@ -164,20 +171,25 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
     exact GP) or ``"grf"`` (the GRF recipe, :func:`fit_grf_gp`); the rule picks the cheaper
     at the exact GP's accuracy, as measured with both trained to convergence
     (``benchmarks/RESULTS.md``, "One call for every graph size", "The crossover with 10³
-    observed nodes", "Dense blocks on the nodes each column reaches").
+    observed nodes", "Dense blocks on the nodes each column reaches", "Kept terms on the rows each block
+    reaches").
 
-    * Where the terms of the observed nodes' covariance up to degree
-      :data:`KEPT_TERMS_DEGREE` fit :class:`~gp_couple.settings.kept_chebyshev_terms` (at
-      most 1,024 observed nodes at the default bound), the matrix-free kernel, whatever the
-      graph's size: its training runs one recurrence in all (more only where the learnt
-      degree outgrows the bound), on the nodes within the degree's hops of the observed and
-      predicted nodes, so its cost no longer grows with the graph, and it stays exact at
-      long ranges, where the GRF-GP's estimate drifts.
+    * With at most :data:`MATRIX_FREE_OBSERVED` observed nodes (4,096), the matrix-free
+      kernel, whatever the graph's size: its training runs one recurrence in all (more only
+      where the learnt degree outgrows the terms kept), on the nodes within the degree's hops
+      of the observed and predicted nodes, and keeps the terms only on the rows each block of
+      observed nodes reaches, so its cost no longer grows with the graph; it stays exact at
+      long ranges, where the GRF-GP's estimate drifts. With twice as many observed nodes its
+      dense factorisation in every evaluation made it the dearer ("Kept terms on the rows each
+      block reaches"). This needs the terms of 1,024 observed nodes (or of all of them, if
+      fewer), to degree :data:`KEPT_TERMS_DEGREE` wherever they lie, to fit
+      :class:`~gp_couple.settings.kept_chebyshev_terms`, as they do at the default bound.
     * With more observed nodes, the matrix-free kernel where the graph has at most
       :data:`MATRIX_FREE_NODES_PER_OBSERVED` nodes per observed node, or at most
       :data:`MATRIX_FREE_MIN_NODES` nodes; the GRF recipe on larger graphs. Its products
-      then cost the graph's edges times the Chebyshev degree per evaluation, while the
-      GRF-GP's cost grows with the observed and predicted nodes and the walks' reach.
+      (conjugate gradients above the dense limit) then cost the graph's edges times the
+      Chebyshev degree per evaluation, while the GRF-GP's cost grows with the observed and
+      predicted nodes and the walks' reach.
 
     With ``predict_all_nodes`` the model will predict every node of the graph (streamed,
     :mod:`gp_couple.streaming`): the exact GP then needs a dense factor of the observed
@@ -214,14 +226,19 @@ def matrix_free_nodes_per_observed(num_observed: int, *, predict_all_nodes: bool
 
     :param num_observed: Number of observed nodes (at least 1; not checked).
     :param predict_all_nodes: For predicting every node of the graph.
-    :return: ``None`` (no limit) where the observed nodes' covariance terms up to degree
-        :data:`KEPT_TERMS_DEGREE` fit :class:`~gp_couple.settings.kept_chebyshev_terms`, or
-        :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` there with ``predict_all_nodes``; else
-        :data:`MATRIX_FREE_NODES_PER_OBSERVED`.
+    :return: For training, ``None`` (no limit) with at most :data:`MATRIX_FREE_OBSERVED` observed nodes
+        where the covariance terms of ``min(num_observed, 1024)`` of them up to degree
+        :data:`KEPT_TERMS_DEGREE` fit :class:`~gp_couple.settings.kept_chebyshev_terms`; with
+        ``predict_all_nodes``, :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` where all of their terms fit;
+        else :data:`MATRIX_FREE_NODES_PER_OBSERVED`.
     """
-    if kept_terms_entries(num_observed, KEPT_TERMS_DEGREE) > kept_chebyshev_terms.value():
-        return MATRIX_FREE_NODES_PER_OBSERVED
-    return MATRIX_FREE_NODES_PER_OBSERVED_KEPT if predict_all_nodes else None
+    bound = kept_chebyshev_terms.value()
+    if predict_all_nodes:
+        kept = kept_terms_entries(num_observed, KEPT_TERMS_DEGREE) <= bound
+        return MATRIX_FREE_NODES_PER_OBSERVED_KEPT if kept else MATRIX_FREE_NODES_PER_OBSERVED
+    if num_observed <= MATRIX_FREE_OBSERVED and kept_terms_entries(min(num_observed, 1024), KEPT_TERMS_DEGREE) <= bound:
+        return None
+    return MATRIX_FREE_NODES_PER_OBSERVED
 
 
 def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
@@ -277,7 +294,7 @@ def fit_graph_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_
     if kernel == "auto":
         per_observed = matrix_free_nodes_per_observed(train.size)
         _logger.info("fit_graph_gp: the %s kernel for a graph of %d nodes with %d observed (matrix-free %s)", chosen,
-                     graph.num_nodes, train.size, "on any graph: the observed nodes' terms fit the kept-terms bound"
+                     graph.num_nodes, train.size, f"on any graph with at most {MATRIX_FREE_OBSERVED} observed nodes"
                      if per_observed is None else f"up to {per_observed} nodes per observed node, or "
                      f"{MATRIX_FREE_MIN_NODES} nodes")
     family = Diffusion(1.0) if kernel_family is None else kernel_family

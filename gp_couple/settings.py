@@ -93,12 +93,16 @@ class kept_chebyshev_terms(_value_context):
     covariance on the dense, Cholesky path), so that every later evaluation and gradient on the
     same nodes is a sum over them rather than a recurrence on the graph
     (:meth:`gp_couple.operators.ChebyshevBasis.block`). They are bounded by this many float64
-    numbers: :math:`(J + 1)|A||B|` for a block of degree :math:`J`, about half that for a
+    numbers: at most :math:`(J + 1)|A||B|` for a block of degree :math:`J`, about half that for a
     symmetric one (:math:`A = B`, a training covariance:
-    :func:`~gp_couple.operators.chebyshev_basis.kept_terms_entries`), and twice the columns
-    times the nodes their recurrences reach more, to extend them as the degree grows. The
-    default, :math:`2^{26}` (512 MiB), covers the training covariance of about 700 observed
-    nodes at degree 260, or 1,024 at degree 123; with more memory, raise it for more observed
+    :func:`~gp_couple.operators.chebyshev_basis.kept_terms_entries`), and far fewer where the
+    nodes are scattered over a graph wider than :math:`J` hops (only the rows within :math:`J`
+    hops of each block of columns are kept: :math:`T_j(\widetilde{\mathbf W})_{ab} = 0` beyond
+    :math:`j` hops); and twice the columns times the nodes their recurrences reach more, to
+    extend them as the degree grows. The default, :math:`2^{26}` (512 MiB), covers the training
+    covariance of about 700 observed nodes at degree 260, or 1,024 at degree 123, wherever they
+    lie, and 4,000 nodes scattered over a :math:`10^6`-node grid to degree 75; with more memory,
+    raise it for more observed
     nodes (2,000 at degree 140 need :math:`2.8 \cdot 10^8`, 2.3 GB), or lower it where memory
     is short (the training then reruns its recurrences, on the nodes they reach, per
     evaluation, as it does beyond the bound). Use as

@@ -19,6 +19,7 @@ from gp_couple.recipes import (
     MATRIX_FREE_MIN_NODES,
     MATRIX_FREE_NODES_PER_OBSERVED,
     MATRIX_FREE_NODES_PER_OBSERVED_KEPT,
+    MATRIX_FREE_OBSERVED,
     choose_graph_kernel,
     fit_graph_gp,
     fit_graph_kernel,
@@ -66,22 +67,32 @@ def test_auto_chooses_the_matrix_free_kernel_up_to_its_limit_and_grf_above():
     observed = 10_000
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed), observed) == "matrix_free"
     assert choose_graph_kernel(path_graph(MATRIX_FREE_NODES_PER_OBSERVED * observed + 1), observed) == "grf"
-    # Where the observed nodes' covariance terms fit the kept-terms bound: the matrix-free kernel on any
-    # graph (for training; 50 nodes per observed node to predict every node).
+    # Up to MATRIX_FREE_OBSERVED observed nodes: the matrix-free kernel on any graph for training.
+    huge = path_graph(10**6)
+    for observed in (1, 1024, MATRIX_FREE_OBSERVED):
+        assert matrix_free_nodes_per_observed(observed) is None
+        assert choose_graph_kernel(huge, observed) == "matrix_free"
+    above = MATRIX_FREE_OBSERVED + 1
+    assert matrix_free_nodes_per_observed(above) == MATRIX_FREE_NODES_PER_OBSERVED
+    limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED * above)
+    assert choose_graph_kernel(path_graph(limit), above) == "matrix_free"
+    assert choose_graph_kernel(path_graph(limit + 1), above) == "grf"
+    # To predict every node: 50 nodes per observed node where all the observed nodes' terms to
+    # KEPT_TERMS_DEGREE fit the bound, 15 above.
     kept = 1024  # the symmetric half of their terms to KEPT_TERMS_DEGREE fits 2^26, the default bound
     assert kept_terms_entries(kept, KEPT_TERMS_DEGREE) <= kept_chebyshev_terms.value()
     assert kept_terms_entries(kept + 1, KEPT_TERMS_DEGREE) > kept_chebyshev_terms.value()
-    huge = path_graph(10**6)
-    for observed in (1, kept):
-        assert matrix_free_nodes_per_observed(observed) is None
-        assert choose_graph_kernel(huge, observed) == "matrix_free"
-        limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED_KEPT * observed)
+    for observed, per_observed in [(1, MATRIX_FREE_NODES_PER_OBSERVED_KEPT),
+                                   (kept, MATRIX_FREE_NODES_PER_OBSERVED_KEPT),
+                                   (kept + 1, MATRIX_FREE_NODES_PER_OBSERVED)]:
+        assert matrix_free_nodes_per_observed(observed, predict_all_nodes=True) == per_observed
+        limit = max(MATRIX_FREE_MIN_NODES, per_observed * observed)
         assert choose_graph_kernel(path_graph(limit), observed, predict_all_nodes=True) == "matrix_free"
         assert choose_graph_kernel(path_graph(limit + 1), observed, predict_all_nodes=True) == "grf"
-    limit = max(MATRIX_FREE_MIN_NODES, MATRIX_FREE_NODES_PER_OBSERVED * (kept + 1))
-    assert matrix_free_nodes_per_observed(kept + 1) == MATRIX_FREE_NODES_PER_OBSERVED
-    assert choose_graph_kernel(path_graph(limit), kept + 1) == "matrix_free"
-    assert choose_graph_kernel(path_graph(limit + 1), kept + 1) == "grf"
+    # A lower bound lowers the any-graph limit to the observed nodes whose terms fit it.
+    with kept_chebyshev_terms(kept_terms_entries(512, KEPT_TERMS_DEGREE)):
+        assert matrix_free_nodes_per_observed(512) is None
+        assert matrix_free_nodes_per_observed(513) == MATRIX_FREE_NODES_PER_OBSERVED
     with kept_chebyshev_terms(0):  # nothing kept: the recurrences run in every evaluation
         assert choose_graph_kernel(path_graph(MATRIX_FREE_MIN_NODES + 1), 1) == "grf"
         assert choose_graph_kernel(path_graph(MATRIX_FREE_MIN_NODES), 1) == "matrix_free"

@@ -105,6 +105,11 @@ class ChebyshevBasis:
             self._copies[key] = matrix if layout == torch.sparse_csr else matrix.to_sparse_coo().coalesce()
         return self._copies[key]
 
+    @property
+    def kept_entries(self) -> int:
+        """Numbers the kept terms of :meth:`block` hold (0 when none are kept)."""
+        return 0 if self._kept_blocks is None else self._kept_blocks.entries()
+
     # ---------------------------------------------------------------- recurrences
     def terms(self, block: Tensor, degree: int) -> Iterator[Tensor]:
         r"""Yield :math:`T_0\mathbf X, T_1\mathbf X, \dots, T_J\mathbf X` for a block ``(N, m)``.
@@ -199,7 +204,10 @@ class ChebyshevBasis:
         :math:`T_j\mathbf e_b` lives within :math:`j` hops of :math:`b`, so step :math:`j`
         multiplies only the rows of :math:`\widetilde{\mathbf W}` within :math:`j` hops of the
         block (:class:`_LocalRecurrence`), and the cost follows the balls of radius :math:`J`
-        around the columns rather than the whole graph. A higher
+        around the columns rather than the whole graph. Only the rows a block's recurrence reaches
+        are kept (:math:`T_j(\widetilde{\mathbf W})_{ab} = 0` for nodes more than :math:`j` hops
+        apart), so nodes scattered over a large graph keep a small part of the dense terms and fit
+        the bound in far larger numbers. A higher
         degree, as training's degree drifts with the hyperparameters, continues each block's
         recurrence from its last two terms, kept too where their numbers are within
         ``max_entries`` (otherwise the terms are recomputed). A request for another pair
@@ -215,8 +223,14 @@ class ChebyshevBasis:
         if kept is None:
             return None
         weights = coefficients.to(torch.float64)
-        pieces = [sum(torch.einsum("...j,jab->...ab", weights[..., first:first + segment.shape[0]], segment)
-                      for first, segment in chunk) for chunk in kept.up_to(coefficients.shape[-1] - 1)]
+        degree = coefficients.shape[-1] - 1
+        pieces = []
+        for index, segments in enumerate(kept.up_to(degree)):
+            piece = weights.new_zeros(*weights.shape[:-1], kept.chunk_row_count(index), kept.chunks[index].numel())
+            for first, targets, values in segments:
+                summed = torch.einsum("...j,jab->...ab", weights[..., first:first + values.shape[0]], values)
+                piece = piece.index_add(-2, targets, summed)
+            pieces.append(piece)
         order = kept.column_order.to(weights.device)
         if kept.row_order is None:
             return torch.cat(pieces, dim=-1)[..., order].to(coefficients.dtype)
@@ -236,42 +250,64 @@ class ChebyshevBasis:
         training beyond the bound does not cost the next evaluation its terms)."""
         kept = self._kept_blocks
         if kept is None or not (_same_nodes(kept.rows, rows) and _same_nodes(kept.columns, columns)):
-            kept = self._kept_blocks = None
+            kept = self._kept_blocks = self._new_kept_blocks(rows, columns, degree)
         elif kept.degree >= degree:
             return kept
-        fresh = self._new_kept_blocks(rows, columns, degree) if kept is None else kept
-        size = fresh.entries_per_degree()
-        if (degree + 1) * size > max_entries:
+        if kept.beyond_bound is not None and degree >= kept.beyond_bound[0] and max_entries <= kept.beyond_bound[1]:
             return None
-        if fresh.recurrences is None:
-            fresh = fresh.restarted()
-        # Headroom: 25 % where the recurrences can go on from their last terms (as they could last
-        # time, or as the whole graph's would); where they must start again, twice the degree, so
-        # that the recomputations cost at most about twice the last one.
-        continues = (kept.recurrences is not None if kept is not None
-                     else 2 * self.num_nodes * columns.numel() <= max_entries)
-        headroom = 1.25 if continues else 2.0
-        degree_kept = max(degree, min(2 * math.ceil(headroom * degree / 2), max_entries // size - 1))
+        fresh = kept if kept.recurrences is not None else kept.restarted()
+        first = fresh.degree + 1
+        recurrences = fresh.recurrences or [_LocalRecurrence(self, chunk, device=rows.device) for chunk in fresh.chunks]
+        # Headroom: 25 % where the recurrences can go on from their last terms (the two kept for each
+        # block within the bound); where they must start again, twice the degree, so that the
+        # recomputations cost at most about twice the last one.
+        wanted = max(degree, 2 * math.ceil(1.25 * degree / 2))
+        for recurrence in recurrences:
+            recurrence.extend(wanted)
+        if not _ends_fit(recurrences, max_entries):
+            wanted = max(degree, 2 * math.ceil(2.0 * degree / 2))
+        reached = []  # per block: the rows its recurrence reaches, and their local numbers (by distance)
+        for index, recurrence in enumerate(recurrences):
+            recurrence.extend(wanted)
+            targets, positions = recurrence.positions(fresh.chunk_rows(index))
+            order = torch.argsort(positions)
+            reached.append((targets[order], positions[order]))
+        held = fresh.entries()
+
+        def entries(last: int) -> int:
+            """Numbers held with the terms up to ``last``: the rows within ``last`` hops of each block."""
+            counts = [int(torch.searchsorted(positions, recurrence.reach(last))) * recurrence.sources.numel()
+                      for recurrence, (_, positions) in zip(recurrences, reached)]
+            return held + (last + 1 - first) * sum(counts)
+
+        if entries(degree) > max_entries:
+            kept.beyond_bound = (degree, max_entries)
+            return None
+        kept = None  # terms restarted from the beginning replace those kept
+        low, high = degree, wanted  # the largest degree within the bound (the numbers grow with it)
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if entries(middle) <= max_entries else (low, middle - 1)
+        degree_kept = low
+        keep_ends = _ends_fit(recurrences, max_entries)
         # Released while the terms grow: the end terms are overwritten in place, so an exception
         # part of the way leaves nothing kept rather than ends that no longer match the degree.
         self._kept_blocks = None
-        kept = fresh
-        first = kept.degree + 1
-        recurrences = kept.recurrences or [_LocalRecurrence(self, chunk, device=rows.device) for chunk in kept.chunks]
-        for index, (recurrence, segments) in enumerate(zip(recurrences, kept.segments)):
-            recurrence.extend(degree_kept)
-            chunk_rows = kept.chunk_rows(index)
-            targets, positions = recurrence.positions(chunk_rows)
-            segment = torch.zeros(degree_kept + 1 - first, chunk_rows.numel(), recurrence.sources.numel(),
-                                  dtype=torch.float64, device=rows.device)
+        for index, (segments, (targets, positions)) in enumerate(zip(fresh.segments, reached)):
+            recurrence = recurrences[index]
+            count = int(torch.searchsorted(positions, recurrence.reach(degree_kept)))
+            targets, positions = targets[:count], positions[:count]
+            values = torch.empty(degree_kept + 1 - first, count, recurrence.sources.numel(), dtype=torch.float64,
+                                 device=rows.device)
             for j, term in enumerate(recurrence.terms(degree_kept)):
-                segment[j].index_copy_(0, targets, term.index_select(0, positions))
+                torch.index_select(term, 0, positions, out=values[j])
             recurrence.release()
-            segments.append((first, segment))
-        keep_ends = 2 * sum(recurrence.size * recurrence.sources.numel() for recurrence in recurrences) <= max_entries
-        kept.degree, kept.recurrences = degree_kept, recurrences if keep_ends else None
-        self._kept_blocks = kept
-        return kept
+            if not keep_ends:
+                recurrences[index] = None  # its last terms go: at most one block's recurrence is alive
+            segments.append((first, targets, values))
+        fresh.degree, fresh.recurrences = degree_kept, recurrences if keep_ends else None
+        self._kept_blocks = fresh
+        return fresh
 
     def _new_kept_blocks(self, rows: Tensor, columns: Tensor, degree: int) -> _KeptBlocks:
         """No terms yet for ``rows`` and ``columns`` (to be computed to ``degree`` or more): symmetric storage
@@ -535,43 +571,51 @@ class _KeptBlocks:
     """The terms of :meth:`ChebyshevBasis.block` for one pair of node sets.
 
     The distinct columns lie in local blocks (``chunks``), and ``column_order`` says where each
-    of ``columns`` lies in their concatenation. Per block, ``segments`` of consecutive degrees up
-    to ``degree`` (``(first degree, (count, rows, len(chunk)))``) hold the block's rows: all of
-    ``rows``, or, where the rows are the same node set as the columns (``row_order``, where each
-    of ``rows`` lies in the concatenation), the symmetric half: the nodes of this and the earlier
-    blocks. ``recurrences`` continue the blocks' recurrences (``None`` where their last terms are
-    not kept).
+    of ``columns`` lies in their concatenation. A block's rows are all of ``rows``, or, where the
+    rows are the same node set as the columns (``row_order``, where each of ``rows`` lies in the
+    concatenation), the symmetric half: the nodes of this and the earlier blocks
+    (:meth:`chunk_rows`). Per block, ``segments`` of consecutive degrees up to ``degree``
+    (``(first degree, targets, values)``) hold the terms on the rows its recurrence reaches by the
+    segment's last degree (``targets``, indices into the block's rows; ``values`` of shape
+    ``(count, len(targets), len(chunk))``): the other rows are zero. ``recurrences`` continue the
+    blocks' recurrences (``None`` where their last terms are not kept); ``beyond_bound`` is a
+    degree found not to fit, and the bound it did not fit.
     """
 
     rows: Tensor
     columns: Tensor
     chunks: list[Tensor]
     column_order: Tensor
-    segments: list[list[tuple[int, Tensor]]]
+    segments: list[list[tuple[int, Tensor, Tensor]]]
     degree: int
-    recurrences: list[_LocalRecurrence] | None = None
+    recurrences: list[_LocalRecurrence | None] | None = None
     row_order: Tensor | None = None
+    beyond_bound: tuple[int, int] | None = None
 
     def restarted(self) -> _KeptBlocks:
         """The same node sets and blocks with no terms yet (for recurrences that must start again)."""
         return _KeptBlocks(self.rows, self.columns, self.chunks, self.column_order, [[] for _ in self.chunks], -1,
-                           row_order=self.row_order)
+                           row_order=self.row_order, beyond_bound=self.beyond_bound)
 
     def chunk_rows(self, index: int) -> Tensor:
-        """The row nodes the segments of block ``index`` hold."""
+        """The row nodes of block ``index``."""
         if self.row_order is None:
             return self.rows
         return torch.cat(self.chunks[:index + 1]).to(self.rows.device)
 
-    def entries_per_degree(self) -> int:
-        """Numbers held per degree."""
+    def chunk_row_count(self, index: int) -> int:
+        """How many row nodes block ``index`` has."""
         if self.row_order is None:
-            return self.rows.numel() * sum(chunk.numel() for chunk in self.chunks)
-        return symmetric_entries([chunk.numel() for chunk in self.chunks])
+            return self.rows.numel()
+        return sum(chunk.numel() for chunk in self.chunks[:index + 1])
 
-    def up_to(self, degree: int) -> list[list[tuple[int, Tensor]]]:
+    def entries(self) -> int:
+        """Numbers held."""
+        return sum(values.numel() for segments in self.segments for _, _, values in segments)
+
+    def up_to(self, degree: int) -> list[list[tuple[int, Tensor, Tensor]]]:
         """The segments of every block, cut at ``degree``."""
-        return [[(first, segment[:degree + 1 - first]) for first, segment in chunk if first <= degree]
+        return [[(first, targets, values[:degree + 1 - first]) for first, targets, values in chunk if first <= degree]
                 for chunk in self.segments]
 
 
@@ -583,8 +627,9 @@ def symmetric_entries(block_sizes: list[int]) -> int:
 
 
 def kept_terms_entries(num_nodes: int, degree: int) -> int:
-    """Numbers :meth:`ChebyshevBasis.block` keeps for the symmetric block of ``num_nodes`` scattered nodes
-    (blocks of ``_COLUMN_BLOCK`` columns) to ``degree``: what a training covariance's terms take."""
+    """Most numbers :meth:`ChebyshevBasis.block` keeps for the symmetric block of ``num_nodes`` nodes (blocks of
+    ``_COLUMN_BLOCK`` columns) to ``degree``, where every block's recurrence reaches every row: what a training
+    covariance's terms take at most (fewer where the nodes lie more than ``degree`` hops apart)."""
     sizes = [_COLUMN_BLOCK] * (num_nodes // _COLUMN_BLOCK) + ([num_nodes % _COLUMN_BLOCK] if num_nodes % _COLUMN_BLOCK
                                                                else [])
     return (degree + 1) * symmetric_entries(sizes)
@@ -621,10 +666,14 @@ class _LocalRecurrence:
         self.local, self._ends = self.basis._layers(self.sources, hops)
         self.hops = hops
         self._matrix = None
-        padding = (0, 0, 0, self.local.size - self.size)
-        self._previous = torch.nn.functional.pad(self._previous, padding)
-        self._current = torch.nn.functional.pad(self._current, padding)
         self.size = self.local.size
+
+    def _grow(self) -> None:
+        """Zero rows for the nodes :meth:`extend` added to the last two terms (allocated when a step needs them)."""
+        padding = (0, 0, 0, self.size - self._previous.shape[0])
+        if padding[-1]:
+            self._previous = torch.nn.functional.pad(self._previous, padding)
+            self._current = torch.nn.functional.pad(self._current, padding)
 
     def release(self) -> None:
         """Drop the restricted matrix until the next step needs it (the last two terms are kept)."""
@@ -659,6 +708,7 @@ class _LocalRecurrence:
     def terms(self, degree: int) -> Iterator[Tensor]:
         r"""Yield the terms after the last computed, up to ``degree`` (at most ``hops``), as
         ``(size, len(sources))`` buffers: the last two yielded stay valid until the next call."""
+        self._grow()
         if self.degree < 0:
             diagonal = torch.arange(self.sources.numel(), device=self.device)
             self._previous[diagonal, diagonal] = 1.0
@@ -685,6 +735,11 @@ class _LocalRecurrence:
         row_pointer, pointer, columns, values = self._restricted()
         end = int(row_pointer[rows])
         return sparse_csr(pointer[:rows + 1], columns[:end], values[:end], (rows, self.size))
+
+
+def _ends_fit(recurrences: list[_LocalRecurrence], max_entries: int) -> bool:
+    """Whether the last two terms of every recurrence, on the nodes each reaches, fit ``max_entries``."""
+    return 2 * sum(recurrence.size * recurrence.sources.numel() for recurrence in recurrences) <= max_entries
 
 
 def _positions_in(chunks: list[Tensor], nodes: Tensor) -> Tensor:

@@ -306,7 +306,7 @@ def test_dense_block_gradients_on_every_path(monkeypatch, path):
     (expected,) = torch.autograd.grad((exact * weights).sum(), family.raw_gamma)
     torch.testing.assert_close(gradient, expected, rtol=1e-8, atol=1e-10)
     assert len(reruns) == (path == "local recurrences")
-    assert (op.basis._kept_blocks is None) == (path == "local recurrences")
+    assert (op.basis.kept_entries == 0) == (path == "local recurrences")
 
 
 def _record_local_steps(monkeypatch, steps: list) -> None:
@@ -366,10 +366,13 @@ def test_block_terms_are_kept_for_one_pair_of_node_sets_with_headroom(monkeypatc
     assert block(columns, rows, 4, 10**6) is not None
     assert set(steps) == {("terms", 6)} and torch.equal(basis._kept_blocks.rows, columns)
     # Where the last terms on the reached nodes (here the whole graph: 2 N |B| = 180 numbers)
-    # exceed the bound: recomputed, to twice the degree.
+    # exceed the bound, they are not kept (and the first terms go to twice the degree, within the
+    # bound): a higher degree recomputes the terms, with 25 % headroom where the new recurrences'
+    # last terms fit.
     check(8, 179, [("terms", 10)])
     assert basis._kept_blocks.recurrences is None
-    check(11, 10**6, [("terms", 22)])
+    check(11, 10**6, [("terms", 14)])
+    assert basis._kept_blocks.recurrences is not None
 
 
 @pytest.mark.parametrize("columns", [[40, 41, 52, 53, 40], [3, 140, 77, 3, 20, 131, 64]])
@@ -421,7 +424,7 @@ def test_block_terms_interrupted_while_growing_are_released(monkeypatch):
     monkeypatch.setattr(chebyshev_basis._LocalRecurrence, "terms", failing)
     with pytest.raises(MemoryError):
         basis.block(coefficients, rows, columns, 10**6)
-    assert basis._kept_blocks is None
+    assert basis.kept_entries == 0
     monkeypatch.setattr(chebyshev_basis._LocalRecurrence, "terms", terms)
     expected = torch.einsum("j,jab->ab", coefficients, matrices[:15][:, rows][:, :, columns])
     torch.testing.assert_close(basis.block(coefficients, rows, columns, 10**6), expected, rtol=0, atol=1e-12)
@@ -508,7 +511,7 @@ def test_dense_blocks_above_the_bound_are_summed_on_the_reached_nodes(monkeypatc
     (expected,) = torch.autograd.grad((exact * weights).sum(), family.raw_gamma)
     torch.testing.assert_close(block, exact.detach(), rtol=0, atol=1e-11)
     torch.testing.assert_close(gradient, expected, rtol=1e-8, atol=1e-10)
-    assert (basis._kept_blocks is None) == (bound == 0)
+    assert (basis.kept_entries == 0) == (bound == 0)
 
 
 def test_local_blocks_are_smaller_for_scattered_nodes():
@@ -541,7 +544,7 @@ def test_a_symmetric_block_keeps_half_its_terms_and_is_exact(monkeypatch):
         coefficients = torch.randn(degree + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(degree),
                                    requires_grad=True)
         block = basis.block(coefficients, rows, columns, (degree + 1) * half)
-        assert block is not None and basis._kept_blocks.entries_per_degree() == half
+        assert block is not None and basis._kept_blocks.entries() <= (basis._kept_blocks.degree + 1) * half
         expected = torch.einsum("j,jab->ab", coefficients, matrices[:degree + 1][:, rows][:, :, columns])
         torch.testing.assert_close(block, expected, rtol=0, atol=1e-12)
         weights = torch.randn(rows.numel(), columns.numel(), dtype=torch.float64,
@@ -550,6 +553,43 @@ def test_a_symmetric_block_keeps_half_its_terms_and_is_exact(monkeypatch):
         (exact,) = torch.autograd.grad((expected * weights).sum(), coefficients)
         torch.testing.assert_close(gradient, exact, rtol=0, atol=1e-12)
     assert chebyshev_basis.kept_terms_entries(5, 3) == 4 * chebyshev_basis.symmetric_entries([2, 2, 1])
+
+
+def test_kept_terms_hold_only_the_rows_each_block_reaches(monkeypatch):
+    """Scattered nodes on a larger graph: :math:`T_j(\\widetilde{\\mathbf W})_{ab}` is zero beyond
+    :math:`j` hops, so each block of columns keeps only the rows its recurrence reaches. Within a bound
+    that the symmetric half of the dense terms would exceed, the block, its continuation to a higher
+    degree (the reach grows), its gradient and a non-symmetric block equal the exact kernel's; a degree
+    beyond the bound is refused and leaves the kept terms."""
+    graph = grid_graph(25, 25)
+    monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 4)
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    nodes = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(0))[:40]
+    half = chebyshev_basis.symmetric_entries([4] * 10)
+    bound = 8 * half
+    matrices = chebyshev_matrices(20, graph)
+    for degree in (4, 10):
+        coefficients = torch.randn(degree + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(degree),
+                                   requires_grad=True)
+        block = basis.block(coefficients, nodes, nodes, bound)
+        kept = basis._kept_blocks
+        assert block is not None and kept.entries() <= bound < (kept.degree + 1) * half
+        expected = torch.einsum("j,jab->ab", coefficients, matrices[:degree + 1][:, nodes][:, :, nodes])
+        torch.testing.assert_close(block, expected, rtol=0, atol=1e-12)
+        weights = torch.randn(nodes.numel(), nodes.numel(), dtype=torch.float64,
+                              generator=torch.Generator().manual_seed(degree))
+        (gradient,) = torch.autograd.grad((block * weights).sum(), coefficients)
+        (exact,) = torch.autograd.grad((expected * weights).sum(), coefficients)
+        torch.testing.assert_close(gradient, exact, rtol=0, atol=1e-12)
+    kept_degree = basis._kept_blocks.degree
+    assert basis.block(torch.ones(41, dtype=torch.float64), nodes, nodes, bound) is None
+    assert basis._kept_blocks is kept and kept.degree == kept_degree
+    rows = nodes[:13].flip(0)
+    coefficients = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    block = basis.block(coefficients, rows, nodes, bound)
+    expected = torch.einsum("j,jab->ab", coefficients, matrices[:7][:, rows][:, :, nodes])
+    assert block is not None and basis._kept_blocks.row_order is None
+    torch.testing.assert_close(block, expected, rtol=0, atol=1e-12)
 
 
 def test_scattered_nodes_whose_recurrences_cover_the_graph_get_the_larger_blocks():
