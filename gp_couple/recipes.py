@@ -83,9 +83,13 @@ KEPT_TERMS_DEGREE = 123
 MATRIX_FREE_MIN_NODES = 20_000
 #: Observed nodes up to which :func:`choose_graph_kernel` trains the matrix-free exact kernel on any graph:
 #: its training covariance is factored densely from terms kept on the rows each block of observed nodes
-#: reaches; with twice as many, its cubic factorisation cost more than the GRF-GP's training
-#: (``benchmarks/RESULTS.md``, "Kept terms on the rows each block reaches").
+#: reaches, and every evaluation's dense factor and blocks grow as the cube and the square of the observed
+#: nodes (``benchmarks/RESULTS.md``, "Kept terms on the rows each block reaches").
 MATRIX_FREE_OBSERVED = 4096
+#: Observed nodes whose covariance terms to :data:`KEPT_TERMS_DEGREE`, wherever they lie, must fit
+#: :class:`~gp_couple.settings.kept_chebyshev_terms` for :data:`MATRIX_FREE_OBSERVED` to apply (as at the
+#: default bound).
+_KEPT_OBSERVED = 1024
 
 
 def fit_grf_gp(graph: Graph, train_nodes: Any, train_targets: Any, *, predict_nodes: Any,
@@ -179,10 +183,10 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
       where the learnt degree outgrows the terms kept), on the nodes within the degree's hops
       of the observed and predicted nodes, and keeps the terms only on the rows each block of
       observed nodes reaches, so its cost no longer grows with the graph; it stays exact at
-      long ranges, where the GRF-GP's estimate drifts. With twice as many observed nodes its
-      dense factorisation in every evaluation made it the dearer ("Kept terms on the rows each
-      block reaches"). This needs the terms of 1,024 observed nodes (or of all of them, if
-      fewer), to degree :data:`KEPT_TERMS_DEGREE` wherever they lie, to fit
+      long ranges, where the GRF-GP's estimate drifts. Its dense factor and blocks in every
+      evaluation grow as the cube and the square of the observed nodes, hence the limit. This
+      needs the terms of 1,024 observed nodes (or of all of them, if fewer), to degree
+      :data:`KEPT_TERMS_DEGREE` wherever they lie, to fit
       :class:`~gp_couple.settings.kept_chebyshev_terms`, as they do at the default bound.
     * With more observed nodes, the matrix-free kernel where the graph has at most
       :data:`MATRIX_FREE_NODES_PER_OBSERVED` nodes per observed node, or at most
@@ -227,7 +231,7 @@ def matrix_free_nodes_per_observed(num_observed: int, *, predict_all_nodes: bool
     :param num_observed: Number of observed nodes (at least 1; not checked).
     :param predict_all_nodes: For predicting every node of the graph.
     :return: For training, ``None`` (no limit) with at most :data:`MATRIX_FREE_OBSERVED` observed nodes
-        where the covariance terms of ``min(num_observed, 1024)`` of them up to degree
+        where the covariance terms of ``min(num_observed, 1024)`` of them (wherever they lie) up to degree
         :data:`KEPT_TERMS_DEGREE` fit :class:`~gp_couple.settings.kept_chebyshev_terms`; with
         ``predict_all_nodes``, :data:`MATRIX_FREE_NODES_PER_OBSERVED_KEPT` where all of their terms fit;
         else :data:`MATRIX_FREE_NODES_PER_OBSERVED`.
@@ -236,7 +240,8 @@ def matrix_free_nodes_per_observed(num_observed: int, *, predict_all_nodes: bool
     if predict_all_nodes:
         kept = kept_terms_entries(num_observed, KEPT_TERMS_DEGREE) <= bound
         return MATRIX_FREE_NODES_PER_OBSERVED_KEPT if kept else MATRIX_FREE_NODES_PER_OBSERVED
-    if num_observed <= MATRIX_FREE_OBSERVED and kept_terms_entries(min(num_observed, 1024), KEPT_TERMS_DEGREE) <= bound:
+    if (num_observed <= MATRIX_FREE_OBSERVED
+            and kept_terms_entries(min(num_observed, _KEPT_OBSERVED), KEPT_TERMS_DEGREE) <= bound):
         return None
     return MATRIX_FREE_NODES_PER_OBSERVED
 

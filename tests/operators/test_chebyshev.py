@@ -541,17 +541,8 @@ def test_a_symmetric_block_keeps_half_its_terms_and_is_exact(monkeypatch):
     assert half == 2 * 2 + 4 * 2 + 6 * 2 < rows.numel() * columns.numel()
     matrices = chebyshev_matrices(20, graph)
     for degree in (6, 14):
-        coefficients = torch.randn(degree + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(degree),
-                                   requires_grad=True)
-        block = basis.block(coefficients, rows, columns, (degree + 1) * half)
-        assert block is not None and basis._kept_blocks.entries() <= (basis._kept_blocks.degree + 1) * half
-        expected = torch.einsum("j,jab->ab", coefficients, matrices[:degree + 1][:, rows][:, :, columns])
-        torch.testing.assert_close(block, expected, rtol=0, atol=1e-12)
-        weights = torch.randn(rows.numel(), columns.numel(), dtype=torch.float64,
-                              generator=torch.Generator().manual_seed(degree))
-        (gradient,) = torch.autograd.grad((block * weights).sum(), coefficients)
-        (exact,) = torch.autograd.grad((expected * weights).sum(), coefficients)
-        torch.testing.assert_close(gradient, exact, rtol=0, atol=1e-12)
+        _assert_kept_block_exact(basis, matrices, rows, columns, degree, (degree + 1) * half)
+        assert basis._kept_blocks.entries() <= (basis._kept_blocks.degree + 1) * half
     assert chebyshev_basis.kept_terms_entries(5, 3) == 4 * chebyshev_basis.symmetric_entries([2, 2, 1])
 
 
@@ -569,27 +560,31 @@ def test_kept_terms_hold_only_the_rows_each_block_reaches(monkeypatch):
     bound = 8 * half
     matrices = chebyshev_matrices(20, graph)
     for degree in (4, 10):
-        coefficients = torch.randn(degree + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(degree),
-                                   requires_grad=True)
-        block = basis.block(coefficients, nodes, nodes, bound)
+        _assert_kept_block_exact(basis, matrices, nodes, nodes, degree, bound)
         kept = basis._kept_blocks
-        assert block is not None and kept.entries() <= bound < (kept.degree + 1) * half
-        expected = torch.einsum("j,jab->ab", coefficients, matrices[:degree + 1][:, nodes][:, :, nodes])
-        torch.testing.assert_close(block, expected, rtol=0, atol=1e-12)
-        weights = torch.randn(nodes.numel(), nodes.numel(), dtype=torch.float64,
-                              generator=torch.Generator().manual_seed(degree))
-        (gradient,) = torch.autograd.grad((block * weights).sum(), coefficients)
-        (exact,) = torch.autograd.grad((expected * weights).sum(), coefficients)
-        torch.testing.assert_close(gradient, exact, rtol=0, atol=1e-12)
+        assert kept.entries() <= bound < (kept.degree + 1) * half
     kept_degree = basis._kept_blocks.degree
     assert basis.block(torch.ones(41, dtype=torch.float64), nodes, nodes, bound) is None
     assert basis._kept_blocks is kept and kept.degree == kept_degree
-    rows = nodes[:13].flip(0)
-    coefficients = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    block = basis.block(coefficients, rows, nodes, bound)
-    expected = torch.einsum("j,jab->ab", coefficients, matrices[:7][:, rows][:, :, nodes])
-    assert block is not None and basis._kept_blocks.row_order is None
+    _assert_kept_block_exact(basis, matrices, nodes[:13].flip(0), nodes, 6, bound)
+    assert basis._kept_blocks.row_order is None
+
+
+def _assert_kept_block_exact(basis: ChebyshevBasis, matrices: Tensor, rows: Tensor, columns: Tensor, degree: int,
+                             bound: int) -> None:
+    """The basis's block of ``rows`` and ``columns`` from kept terms within ``bound``, and its gradient with
+    respect to random coefficients, equal the sums over the dense Chebyshev ``matrices``."""
+    coefficients = torch.randn(degree + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(degree),
+                               requires_grad=True)
+    block = basis.block(coefficients, rows, columns, bound)
+    assert block is not None
+    expected = torch.einsum("j,jab->ab", coefficients, matrices[:degree + 1][:, rows][:, :, columns])
     torch.testing.assert_close(block, expected, rtol=0, atol=1e-12)
+    weights = torch.randn(rows.numel(), columns.numel(), dtype=torch.float64,
+                          generator=torch.Generator().manual_seed(degree))
+    (gradient,) = torch.autograd.grad((block * weights).sum(), coefficients)
+    (exact,) = torch.autograd.grad((expected * weights).sum(), coefficients)
+    torch.testing.assert_close(gradient, exact, rtol=0, atol=1e-12)
 
 
 def test_scattered_nodes_whose_recurrences_cover_the_graph_get_the_larger_blocks():
