@@ -352,7 +352,7 @@ class ChebyshevKernelLinearOperator(LinearOperator):
             block = self.basis.block(self.coefficients, self.row_nodes, distinct, kept_chebyshev_terms.value())
             if block is None:
                 block = _LocalBlock.apply(self.coefficients, self.basis, self.row_nodes, distinct)
-            return block[..., position]
+            return block if torch.equal(distinct, columns) else block[..., position]
         chunk = max(1, BLOCK_ENTRIES // (3 * self.basis.num_nodes * max(1, self.batch_shape.numel())))
         blocks = [self._product_rows(distinct[start:start + chunk])
                   for start in range(0, distinct.numel(), chunk)]

@@ -222,27 +222,7 @@ class ChebyshevBasis:
         kept = self._block_terms(rows, columns, coefficients.shape[-1] - 1, max_entries)
         if kept is None:
             return None
-        weights = coefficients.to(torch.float64)
-        degree = coefficients.shape[-1] - 1
-        pieces = []
-        for index, segments in enumerate(kept.up_to(degree)):
-            piece = weights.new_zeros(*weights.shape[:-1], kept.chunk_row_count(index), kept.chunks[index].numel())
-            for first, targets, values in segments:
-                summed = torch.einsum("...j,jab->...ab", weights[..., first:first + values.shape[0]], values)
-                piece = piece.index_add(-2, targets, summed)
-            pieces.append(piece)
-        order = kept.column_order.to(weights.device)
-        if kept.row_order is None:
-            return torch.cat(pieces, dim=-1)[..., order].to(coefficients.dtype)
-        # Symmetric: each block of columns holds the rows of its own and the earlier blocks (the upper
-        # block triangle); the lower one is its transpose.
-        total = sum(piece.shape[-1] for piece in pieces)
-        upper = torch.cat([torch.nn.functional.pad(piece, (0, 0, 0, total - piece.shape[-2]))
-                           for piece in pieces], dim=-1)
-        chunk_of = torch.repeat_interleave(torch.arange(len(pieces), device=weights.device),
-                                           torch.tensor([piece.shape[-1] for piece in pieces], device=weights.device))
-        full = torch.where(chunk_of[:, None] == chunk_of[None, :], upper, upper + upper.mT)
-        return full[..., kept.row_order.to(weights.device), :][..., order].to(coefficients.dtype)
+        return _KeptBlockSum.apply(coefficients, kept)
 
     def _block_terms(self, rows: Tensor, columns: Tensor, degree: int, max_entries: int) -> _KeptBlocks | None:
         """The kept terms of :meth:`block`, computed or continued to at least degree :math:`J`;
@@ -617,6 +597,96 @@ class _KeptBlocks:
         """The segments of every block, cut at ``degree``."""
         return [[(first, targets, values[:degree + 1 - first]) for first, targets, values in chunk if first <= degree]
                 for chunk in self.segments]
+
+
+    def sum(self, weights: Tensor, dtype: torch.dtype) -> Tensor:
+        r"""The block :math:`\sum_j w_j T_j(\widetilde{\mathbf W})_{AB}` for ``weights`` ``(*batch, J + 1)``
+        (float64, not differentiated; :math:`J` at most :attr:`degree`), in the order of :attr:`rows` and
+        :attr:`columns`, in ``dtype``.
+
+        Each segment's sum over its degrees is taken in float64 and added in place into one matrix in
+        ``dtype`` over the blocks' concatenated nodes (and, where symmetric, copied transposed below the
+        diagonal blocks), which is then gathered into the requested order: at most two dense temporaries
+        of the block's size.
+        """
+        batch, degree = weights.shape[:-1], weights.shape[-1] - 1
+        sizes = [chunk.numel() for chunk in self.chunks]
+        total = sum(sizes)
+        rows = total if self.row_order is not None else self.rows.numel()
+        full = torch.zeros(*batch, rows, total, dtype=dtype, device=weights.device)
+        start = 0
+        for index, segments in enumerate(self.up_to(degree)):
+            end = start + sizes[index]
+            # Symmetric: this block's rows are its own and the earlier blocks' nodes (the upper block
+            # triangle), and the lower triangle is its transpose; the diagonal block is written as it is.
+            piece = full[..., :end, start:end] if self.row_order is not None else full[..., start:end]
+            for first, targets, values in segments:
+                summed = torch.einsum("...j,jab->...ab", weights[..., first:first + values.shape[0]], values)
+                piece.index_add_(-2, targets, summed.to(dtype))
+            if self.row_order is not None:
+                full[..., start:end, :start] = piece[..., :start, :].mT
+            start = end
+        if self.row_order is not None and not _is_identity(self.row_order):
+            full = full.index_select(-2, self.row_order.to(full.device))
+        if not _is_identity(self.column_order):
+            full = full.index_select(-1, self.column_order.to(full.device))
+        return full
+
+    def moments(self, left: Tensor, degree: int) -> Tensor:
+        r"""Moments :math:`m_j = \sum_{a, b}\mathbf G_{ab}\,T_j(\widetilde{\mathbf W})_{A_aB_b}`,
+        :math:`j \le J`: the gradient of :meth:`sum` with respect to its weights for the adjoint
+        :math:`\mathbf G` (``left``, ``(*batch, len(rows), len(columns))``), from the kept terms.
+
+        :return: ``(*batch, J + 1)`` float64.
+        """
+        sizes = [chunk.numel() for chunk in self.chunks]
+        total = sum(sizes)
+        # The adjoint of the gathers of :meth:`sum`: scatters onto the blocks' nodes (repeats add up).
+        if not _is_identity(self.column_order):
+            left = left.new_zeros(*left.shape[:-1], total).index_add_(-1, self.column_order.to(left.device), left)
+        if self.row_order is not None and not _is_identity(self.row_order):
+            left = left.new_zeros(*left.shape[:-2], total, total).index_add_(-2, self.row_order.to(left.device), left)
+        moments = torch.zeros(*left.shape[:-2], degree + 1, dtype=torch.float64, device=left.device)
+        start = 0
+        for index, segments in enumerate(self.up_to(degree)):
+            end = start + sizes[index]
+            if self.row_order is not None:
+                # The upper entries were written twice, as themselves and as their transposes below the
+                # diagonal blocks; the diagonal block once.
+                part = left[..., :end, start:end] + left[..., start:end, :end].mT
+                part[..., start:end, :] = left[..., start:end, start:end]
+            else:
+                part = left[..., start:end]
+            part = part.to(torch.float64)
+            for first, targets, values in segments:
+                moments[..., first:first + values.shape[0]] += torch.einsum(
+                    "...ab,jab->...j", part.index_select(-2, targets), values)
+            start = end
+        return moments
+
+
+class _KeptBlockSum(torch.autograd.Function):
+    r""":meth:`ChebyshevBasis.block`: :math:`\sum_j c_j T_j(\widetilde{\mathbf W})_{AB}` from kept terms,
+    whose backward is the moments :math:`\partial/\partial c_j = \langle\bar{\mathbf K},
+    T_j(\widetilde{\mathbf W})_{AB}\rangle` of the same terms (:meth:`_KeptBlocks.moments`), with no
+    dense intermediate kept for autograd."""
+
+    @staticmethod
+    def forward(ctx: Any, coefficients: Tensor, kept: _KeptBlocks) -> Tensor:
+        ctx.kept, ctx.shape = kept, coefficients.shape
+        return kept.sum(coefficients.detach().to(torch.float64), coefficients.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        moments = ctx.kept.moments(grad, ctx.shape[-1] - 1)
+        return moments.to(grad.dtype).sum_to_size(ctx.shape), None
+
+
+def _is_identity(order: Tensor) -> bool:
+    """Whether ``order`` is ``0, 1, ..., len - 1``."""
+    return bool(torch.equal(order, torch.arange(order.numel(), device=order.device)))
 
 
 def symmetric_entries(block_sizes: list[int]) -> int:

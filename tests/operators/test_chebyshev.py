@@ -570,17 +570,35 @@ def test_kept_terms_hold_only_the_rows_each_block_reaches(monkeypatch):
     assert basis._kept_blocks.row_order is None
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_kept_block_with_repeated_unsorted_nodes_and_batches_is_exact_with_its_gradient(monkeypatch, symmetric):
+    """The block summed from kept terms, and its gradient (the kept terms' moments), for repeated and
+    unsorted rows and columns and a batch of coefficients: symmetric storage (rows and columns the same
+    node set, in different orders and with repeats) and a block of other rows."""
+    graph = grid_graph(9, 9)
+    monkeypatch.setattr(chebyshev_basis, "_COLUMN_BLOCK", 3)
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    matrices = chebyshev_matrices(12, graph)
+    nodes = torch.tensor([40, 3, 77, 12, 41, 60, 8, 33])
+    columns = torch.cat([nodes, nodes[[1, 5]]])
+    rows = torch.cat([nodes.flip(0), nodes[[0, 0, 6]]]) if symmetric else torch.tensor([5, 80, 5, 41, 0])
+    for degree in (5, 9):
+        _assert_kept_block_exact(basis, matrices, rows, columns, degree, 10**6, batch=(2, 3))
+        assert (basis._kept_blocks.row_order is not None) == symmetric
+
+
 def _assert_kept_block_exact(basis: ChebyshevBasis, matrices: Tensor, rows: Tensor, columns: Tensor, degree: int,
-                             bound: int) -> None:
+                             bound: int, batch: tuple[int, ...] = ()) -> None:
     """The basis's block of ``rows`` and ``columns`` from kept terms within ``bound``, and its gradient with
-    respect to random coefficients, equal the sums over the dense Chebyshev ``matrices``."""
-    coefficients = torch.randn(degree + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(degree),
-                               requires_grad=True)
+    respect to random coefficients (of shape ``(*batch, degree + 1)``), equal the sums over the dense
+    Chebyshev ``matrices``."""
+    coefficients = torch.randn(*batch, degree + 1, dtype=torch.float64,
+                               generator=torch.Generator().manual_seed(degree), requires_grad=True)
     block = basis.block(coefficients, rows, columns, bound)
     assert block is not None
-    expected = torch.einsum("j,jab->ab", coefficients, matrices[:degree + 1][:, rows][:, :, columns])
+    expected = torch.einsum("...j,jab->...ab", coefficients, matrices[:degree + 1][:, rows][:, :, columns])
     torch.testing.assert_close(block, expected, rtol=0, atol=1e-12)
-    weights = torch.randn(rows.numel(), columns.numel(), dtype=torch.float64,
+    weights = torch.randn(*batch, rows.numel(), columns.numel(), dtype=torch.float64,
                           generator=torch.Generator().manual_seed(degree))
     (gradient,) = torch.autograd.grad((block * weights).sum(), coefficients)
     (exact,) = torch.autograd.grad((expected * weights).sum(), coefficients)
