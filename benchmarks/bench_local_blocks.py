@@ -14,8 +14,17 @@ Chebyshev degree in ``--degrees``, one thread, each measurement in a fresh basis
 * ``diagonal_s``: the diagonal table of the same nodes to that degree with
   ``--scattered-blocks`` nodes per block (``_SCATTERED_BLOCK``).
 
+With ``--evaluation-gammas``, instead, a training evaluation of the matrix-free exact GP on the
+observed nodes (value and gradient of :class:`gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`,
+the objective of ``fit_gp``, under ``grf_gp_settings()``) at each diffusion :math:`\gamma`, in a fresh
+process: ``first_s`` (the kept terms' recurrences included), ``evaluation_s`` (the mean of
+``--evaluations`` more at :math:`\gamma(1 + 0.01k)`, on the kept terms, as L-BFGS's next points) and
+``peak_gb`` (peak resident memory above the graph's). Compare library versions by running it with
+``PYTHONPATH`` at each.
+
 Run: ``python benchmarks/bench_local_blocks.py --grid 316 --observed 1000 --degrees 40 190
---json-out benchmarks/results/local_blocks_grid316.json``.
+--json-out benchmarks/results/local_blocks_grid316.json``; ``python benchmarks/bench_local_blocks.py
+--grid 1000 --observed 8000 --evaluation-gammas 2.83``.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import emit_report  # noqa: E402
+from _measure import dispatch_worker, emit_report, peak_increase, reset_peak, run_in_subprocess  # noqa: E402
 
 
 def measure(side: int, observed: int, degree: int, column_blocks: list[int], scattered_blocks: list[int],
@@ -90,6 +99,48 @@ def measure(side: int, observed: int, degree: int, column_blocks: list[int], sca
     return row
 
 
+def measure_evaluation(side: int, observed: int, gamma: float, evaluations: int, seed: int) -> dict[str, Any]:
+    """CPU seconds and peak memory of the matrix-free exact GP's training evaluations (one thread)."""
+    import gpytorch
+    import numpy as np
+    import torch
+
+    from gp_couple import GraphGP, grf_gp_settings
+    from gp_couple.graphs import grid_graph
+    from gp_couple.kernel_families import Diffusion
+    from gp_couple.kernels.matrix_free import MatrixFreeGraphKernel
+    from gp_couple.marginal_likelihood import DenseMarginalLogLikelihood
+
+    torch.set_num_threads(1)
+    graph = grid_graph(side, side)
+    rng = np.random.default_rng(seed)
+    nodes = np.sort(rng.permutation(graph.num_nodes)[:observed])
+    family = Diffusion(gamma)
+    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    model = GraphGP(nodes, torch.as_tensor(rng.normal(size=observed), dtype=torch.float32), likelihood,
+                    gpytorch.kernels.ScaleKernel(MatrixFreeGraphKernel(graph, family)))
+    objective = DenseMarginalLogLikelihood(likelihood, model)
+    model.train()
+    baseline = reset_peak()
+
+    def evaluate(value: float) -> float:
+        family.gamma = value
+        model.zero_grad()
+        start = time.process_time()
+        loss = -objective(model(*model.train_inputs), model.train_targets)
+        loss.backward()
+        return time.process_time() - start
+
+    with grf_gp_settings():
+        first = evaluate(gamma)
+        later = [evaluate(gamma * (1 + 0.01 * step)) for step in range(1, evaluations + 1)]
+    import gp_couple
+
+    return {"library": os.path.dirname(gp_couple.__file__), "grid": side, "nodes": graph.num_nodes,
+            "observed": observed, "gamma": gamma, "first_s": first,
+            "evaluation_s": sum(later) / len(later), "evaluations": later, "peak_gb": peak_increase(baseline)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", type=int, default=316)
@@ -97,13 +148,22 @@ def main() -> None:
     parser.add_argument("--degrees", type=int, nargs="+", default=[40])
     parser.add_argument("--column-blocks", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--scattered-blocks", type=int, nargs="+", default=[8, 16, 64])
+    parser.add_argument("--evaluation-gammas", type=float, nargs="+", default=None,
+                        help="time the matrix-free exact GP's training evaluations at these gammas instead")
+    parser.add_argument("--evaluations", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
+    if args.evaluation_gammas is not None:
+        rows = [run_in_subprocess(__file__, measure_evaluation, args.grid, args.observed, gamma, args.evaluations,
+                                  args.seed) for gamma in args.evaluation_gammas]
+        emit_report({"benchmark": "matrix_free_evaluation", "rows": rows}, args.json_out)
+        return
     rows = [measure(args.grid, args.observed, degree, args.column_blocks, args.scattered_blocks, args.seed)
             for degree in args.degrees]
     emit_report({"benchmark": "local_blocks", "rows": rows}, args.json_out)
 
 
 if __name__ == "__main__":
-    main()
+    if not dispatch_worker(sys.argv[1:], globals()):
+        main()
