@@ -92,20 +92,21 @@ class kept_chebyshev_terms(_value_context):
     :math:`T_j(\widetilde{\mathbf W})_{AB}` of the dense blocks it is asked for (the training
     covariance on the dense, Cholesky path), so that every later evaluation and gradient on the
     same nodes is a sum over them rather than a recurrence on the graph
-    (:meth:`gp_couple.operators.ChebyshevBasis.block`). They are bounded by this many float64
-    numbers: at most :math:`(J + 1)|A||B|` for a block of degree :math:`J`, about half that for a
-    symmetric one (:math:`A = B`, a training covariance:
+    (:meth:`gp_couple.operators.ChebyshevBasis.block`). They are bounded by the memory of this
+    many float64 numbers; they are kept in the model's dtype, so a float32 model keeps twice as
+    many. A block of degree :math:`J` takes at most :math:`(J + 1)|A||B|` numbers, about half that
+    for a symmetric one (:math:`A = B`, a training covariance:
     :func:`~gp_couple.operators.chebyshev_basis.kept_terms_entries`), and far fewer where the
     nodes are scattered over a graph wider than :math:`J` hops (only the rows within :math:`J`
     hops of each block of columns are kept: :math:`T_j(\widetilde{\mathbf W})_{ab} = 0` beyond
     :math:`j` hops); and twice the columns times the nodes their recurrences reach more, to
-    extend them as the degree grows. The default, :math:`2^{26}` (512 MiB), covers the training
-    covariance of about 700 observed nodes at degree 260, or 1,024 at degree 123, wherever they
-    lie, and 4,000 nodes scattered over a :math:`10^6`-node grid to degree 75; with more memory,
-    raise it for more observed
-    nodes (2,000 at degree 140 need :math:`2.8 \cdot 10^8`, 2.3 GB), or lower it where memory
-    is short (the training then reruns its recurrences, on the nodes they reach, per
-    evaluation, as it does beyond the bound). Use as
+    extend them as the degree grows. The default, :math:`2^{26}` (512 MiB), covers in float64
+    the training covariance of about 700 observed nodes at degree 260, or 1,024 at degree 123,
+    wherever they lie, and 4,000 nodes scattered over a :math:`10^6`-node grid to degree 75; with
+    more memory, raise it for more observed nodes (2,000 at degree 140 need
+    :math:`2.8 \cdot 10^8`, 2.3 GB in float64), or lower it where memory is short (the training
+    then reruns its recurrences, on the nodes they reach, per evaluation, as it does beyond the
+    bound). Use as
     ``with kept_chebyshev_terms(1 << 29): ...``; 0 keeps nothing.
 
     :param entries: The bound, a non-negative integer.

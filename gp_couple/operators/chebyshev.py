@@ -349,7 +349,9 @@ class ChebyshevKernelLinearOperator(LinearOperator):
             # K_AB = K_BA^T: one-hot recurrences on the side with fewer distinct nodes.
             return self._transpose_nonbatch().to_dense().mT
         if self._shared_rows():
-            block = self.basis.block(self.coefficients, self.row_nodes, distinct, kept_chebyshev_terms.value())
+            # The bound counts float64 numbers; terms kept in a narrower dtype fit more of them in its memory.
+            bound = kept_chebyshev_terms.value() * 8 // self.coefficients.element_size()
+            block = self.basis.block(self.coefficients, self.row_nodes, distinct, bound)
             if block is None:
                 block = _LocalBlock.apply(self.coefficients, self.basis, self.row_nodes, distinct)
             return block if torch.equal(distinct, columns) else block[..., position]

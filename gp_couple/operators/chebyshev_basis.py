@@ -211,7 +211,9 @@ class ChebyshevBasis:
         degree, as training's degree drifts with the hyperparameters, continues each block's
         recurrence from its last two terms, kept too where their numbers are within
         ``max_entries`` (otherwise the terms are recomputed). A request for another pair
-        releases them; one beyond the bound (``None``) does not.
+        releases them; one beyond the bound (``None``) does not. The terms are computed in float64 and
+        kept in the coefficients' dtype (a request in another dtype computes them again), so a float32
+        model keeps them in half the memory; the block's gradient is their moments against its adjoint.
 
         :param coefficients: :math:`c_0, \dots, c_J`, ``(*batch, J + 1)`` (differentiable).
         :param rows: Node indices of :math:`A` (int64, 1-D).
@@ -219,18 +221,20 @@ class ChebyshevBasis:
         :param max_entries: Most numbers the kept terms may hold.
         :return: ``(*batch, len(rows), len(columns))`` in the coefficients' dtype, or ``None``.
         """
-        kept = self._block_terms(rows, columns, coefficients.shape[-1] - 1, max_entries)
+        kept = self._block_terms(rows, columns, coefficients.shape[-1] - 1, max_entries, coefficients.dtype)
         if kept is None:
             return None
         return _KeptBlockSum.apply(coefficients, kept)
 
-    def _block_terms(self, rows: Tensor, columns: Tensor, degree: int, max_entries: int) -> _KeptBlocks | None:
-        """The kept terms of :meth:`block`, computed or continued to at least degree :math:`J`;
+    def _block_terms(self, rows: Tensor, columns: Tensor, degree: int, max_entries: int,
+                     dtype: torch.dtype) -> _KeptBlocks | None:
+        """The kept terms of :meth:`block` in ``dtype``, computed or continued to at least degree :math:`J`;
         ``None`` beyond the bound (what is kept for these nodes stays kept: a trial point of
         training beyond the bound does not cost the next evaluation its terms)."""
         kept = self._kept_blocks
-        if kept is None or not (_same_nodes(kept.rows, rows) and _same_nodes(kept.columns, columns)):
-            kept = self._kept_blocks = self._new_kept_blocks(rows, columns, degree)
+        if kept is None or not (_same_nodes(kept.rows, rows) and _same_nodes(kept.columns, columns)
+                                and kept.dtype == dtype):
+            kept = self._kept_blocks = self._new_kept_blocks(rows, columns, degree, dtype)
         elif kept.degree >= degree:
             return kept
         if kept.beyond_bound is not None and degree >= kept.beyond_bound[0] and max_entries <= kept.beyond_bound[1]:
@@ -277,10 +281,10 @@ class ChebyshevBasis:
             recurrence = recurrences[index]
             count = int(torch.searchsorted(positions, recurrence.reach(degree_kept)))
             targets, positions = targets[:count], positions[:count]
-            values = torch.empty(degree_kept + 1 - first, count, recurrence.sources.numel(), dtype=torch.float64,
+            values = torch.empty(degree_kept + 1 - first, count, recurrence.sources.numel(), dtype=fresh.dtype,
                                  device=rows.device)
             for j, term in enumerate(recurrence.terms(degree_kept)):
-                torch.index_select(term, 0, positions, out=values[j])
+                values[j] = term.index_select(0, positions)
             recurrence.release()
             if not keep_ends:
                 recurrences[index] = None  # its last terms go: at most one block's recurrence is alive
@@ -289,13 +293,14 @@ class ChebyshevBasis:
         self._kept_blocks = fresh
         return fresh
 
-    def _new_kept_blocks(self, rows: Tensor, columns: Tensor, degree: int) -> _KeptBlocks:
-        """No terms yet for ``rows`` and ``columns`` (to be computed to ``degree`` or more): symmetric storage
-        where both are the same node set."""
+    def _new_kept_blocks(self, rows: Tensor, columns: Tensor, degree: int, dtype: torch.dtype) -> _KeptBlocks:
+        """No terms yet for ``rows`` and ``columns`` (to be computed to ``degree`` or more, kept in ``dtype``):
+        symmetric storage where both are the same node set."""
         chunks, order = self._column_blocks(columns, degree)
         symmetric = _same_nodes(torch.unique(rows.cpu()), torch.unique(columns.cpu()))
         row_order = _positions_in(chunks, rows.cpu()) if symmetric else None
-        return _KeptBlocks(rows.clone(), columns.clone(), chunks, order, [[] for _ in chunks], -1, row_order=row_order)
+        return _KeptBlocks(rows.clone(), columns.clone(), chunks, order, [[] for _ in chunks], -1, dtype,
+                           row_order=row_order)
 
     def summed_block(self, coefficients: Tensor, rows: Tensor, columns: Tensor) -> Tensor:
         r"""The block :math:`\sum_j c_j\,T_j(\widetilde{\mathbf W})_{AB}` summed as the local
@@ -559,7 +564,7 @@ class _KeptBlocks:
     segment's last degree (``targets``, indices into the block's rows; ``values`` of shape
     ``(count, len(targets), len(chunk))``): the other rows are zero. ``recurrences`` continue the
     blocks' recurrences (``None`` where their last terms are not kept); ``beyond_bound`` is a
-    degree found not to fit, and the bound it did not fit.
+    degree found not to fit, and the bound it did not fit. The values are kept in ``dtype``.
     """
 
     rows: Tensor
@@ -568,6 +573,7 @@ class _KeptBlocks:
     column_order: Tensor
     segments: list[list[tuple[int, Tensor, Tensor]]]
     degree: int
+    dtype: torch.dtype
     recurrences: list[_LocalRecurrence | None] | None = None
     row_order: Tensor | None = None
     beyond_bound: tuple[int, int] | None = None
@@ -575,7 +581,7 @@ class _KeptBlocks:
     def restarted(self) -> _KeptBlocks:
         """The same node sets and blocks with no terms yet (for recurrences that must start again)."""
         return _KeptBlocks(self.rows, self.columns, self.chunks, self.column_order, [[] for _ in self.chunks], -1,
-                           row_order=self.row_order, beyond_bound=self.beyond_bound)
+                           self.dtype, row_order=self.row_order, beyond_bound=self.beyond_bound)
 
     def chunk_rows(self, index: int) -> Tensor:
         """The row nodes of block ``index``."""
@@ -598,22 +604,20 @@ class _KeptBlocks:
         return [[(first, targets, values[:degree + 1 - first]) for first, targets, values in chunk if first <= degree]
                 for chunk in self.segments]
 
-
-    def sum(self, weights: Tensor, dtype: torch.dtype) -> Tensor:
+    def sum(self, weights: Tensor) -> Tensor:
         r"""The block :math:`\sum_j w_j T_j(\widetilde{\mathbf W})_{AB}` for ``weights`` ``(*batch, J + 1)``
-        (float64, not differentiated; :math:`J` at most :attr:`degree`), in the order of :attr:`rows` and
-        :attr:`columns`, in ``dtype``.
+        (in :attr:`dtype`, not differentiated; :math:`J` at most :attr:`degree`), in the order of
+        :attr:`rows` and :attr:`columns`.
 
-        Each segment's sum over its degrees is taken in float64 and added in place into one matrix in
-        ``dtype`` over the blocks' concatenated nodes (and, where symmetric, copied transposed below the
-        diagonal blocks), which is then gathered into the requested order: at most two dense temporaries
-        of the block's size.
+        Each segment's sum over its degrees is added in place into one matrix over the blocks'
+        concatenated nodes (and, where symmetric, copied transposed below the diagonal blocks), which is
+        then gathered into the requested order: at most two dense temporaries of the block's size.
         """
         batch, degree = weights.shape[:-1], weights.shape[-1] - 1
         sizes = [chunk.numel() for chunk in self.chunks]
         total = sum(sizes)
         rows = total if self.row_order is not None else self.rows.numel()
-        full = torch.zeros(*batch, rows, total, dtype=dtype, device=weights.device)
+        full = weights.new_zeros(*batch, rows, total)
         start = 0
         for index, segments in enumerate(self.up_to(degree)):
             end = start + sizes[index]
@@ -621,8 +625,8 @@ class _KeptBlocks:
             # triangle), and the lower triangle is its transpose; the diagonal block is written as it is.
             piece = full[..., :end, start:end] if self.row_order is not None else full[..., start:end]
             for first, targets, values in segments:
-                summed = torch.einsum("...j,jab->...ab", weights[..., first:first + values.shape[0]], values)
-                piece.index_add_(-2, targets, summed.to(dtype))
+                piece.index_add_(-2, targets,
+                                 torch.einsum("...j,jab->...ab", weights[..., first:first + values.shape[0]], values))
             if self.row_order is not None:
                 full[..., start:end, :start] = piece[..., :start, :].mT
             start = end
@@ -637,8 +641,9 @@ class _KeptBlocks:
         :math:`j \le J`: the gradient of :meth:`sum` with respect to its weights for the adjoint
         :math:`\mathbf G` (``left``, ``(*batch, len(rows), len(columns))``), from the kept terms.
 
-        :return: ``(*batch, J + 1)`` float64.
+        :return: ``(*batch, J + 1)`` in :attr:`dtype`.
         """
+        left = left.to(self.dtype)
         sizes = [chunk.numel() for chunk in self.chunks]
         total = sum(sizes)
         # The adjoint of the gathers of :meth:`sum`: scatters onto the blocks' nodes (repeats add up).
@@ -646,7 +651,7 @@ class _KeptBlocks:
             left = left.new_zeros(*left.shape[:-1], total).index_add_(-1, self.column_order.to(left.device), left)
         if self.row_order is not None and not _is_identity(self.row_order):
             left = left.new_zeros(*left.shape[:-2], total, total).index_add_(-2, self.row_order.to(left.device), left)
-        moments = torch.zeros(*left.shape[:-2], degree + 1, dtype=torch.float64, device=left.device)
+        moments = left.new_zeros(*left.shape[:-2], degree + 1)
         start = 0
         for index, segments in enumerate(self.up_to(degree)):
             end = start + sizes[index]
@@ -657,7 +662,6 @@ class _KeptBlocks:
                 part[..., start:end, :] = left[..., start:end, start:end]
             else:
                 part = left[..., start:end]
-            part = part.to(torch.float64)
             for first, targets, values in segments:
                 moments[..., first:first + values.shape[0]] += torch.einsum(
                     "...ab,jab->...j", part.index_select(-2, targets), values)
@@ -674,7 +678,7 @@ class _KeptBlockSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, coefficients: Tensor, kept: _KeptBlocks) -> Tensor:
         ctx.kept, ctx.shape = kept, coefficients.shape
-        return kept.sum(coefficients.detach().to(torch.float64), coefficients.dtype)
+        return kept.sum(coefficients.detach())
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None]:

@@ -587,6 +587,39 @@ def test_kept_block_with_repeated_unsorted_nodes_and_batches_is_exact_with_its_g
         assert (basis._kept_blocks.row_order is not None) == symmetric
 
 
+def test_kept_terms_are_kept_in_the_coefficients_dtype(monkeypatch):
+    """Float32 coefficients keep float32 terms: the block and its gradient equal the float64 sums to float32
+    rounding; a float64 request computes them again, exactly. The operator's bound counts float64 numbers'
+    memory, so a float32 kernel may keep twice as many numbers."""
+    graph = grid_graph(9, 9)
+    basis = ChebyshevBasis(graph.normalized_adjacency())
+    matrices = chebyshev_matrices(12, graph)
+    nodes = torch.tensor([40, 3, 77, 12, 41, 60, 8, 33])
+    exact = torch.randn(10, dtype=torch.float64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    single = exact.detach().float().requires_grad_()
+    block = basis.block(single, nodes, nodes, 10**6)
+    assert block.dtype == torch.float32 and basis._kept_blocks.dtype == torch.float32
+    assert {values.dtype for segments in basis._kept_blocks.segments for _, _, values in segments} == {torch.float32}
+    expected = torch.einsum("j,jab->ab", exact, matrices[:10][:, nodes][:, :, nodes])
+    torch.testing.assert_close(block, expected.float(), rtol=1e-5, atol=1e-6)
+    weights = torch.randn(8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    (gradient,) = torch.autograd.grad((block * weights.float()).sum(), single)
+    (reference,) = torch.autograd.grad((expected * weights).sum(), exact)
+    torch.testing.assert_close(gradient, reference.float(), rtol=1e-5, atol=1e-5)
+    _assert_kept_block_exact(basis, matrices, nodes, nodes, 9, 10**6)
+    assert basis._kept_blocks.dtype == torch.float64
+
+    bounds = []
+    block_of = ChebyshevBasis.block
+    monkeypatch.setattr(ChebyshevBasis, "block", lambda self, coefficients, rows, columns, max_entries:
+                        bounds.append(max_entries) or block_of(self, coefficients, rows, columns, max_entries))
+    with kept_chebyshev_terms(1000):
+        for dtype in (torch.float32, torch.float64):
+            ChebyshevKernelLinearOperator(exact.detach().to(dtype), basis=basis, row_nodes=nodes,
+                                          column_nodes=nodes).to_dense()
+    assert bounds == [2000, 1000]
+
+
 def _assert_kept_block_exact(basis: ChebyshevBasis, matrices: Tensor, rows: Tensor, columns: Tensor, degree: int,
                              bound: int, batch: tuple[int, ...] = ()) -> None:
     """The basis's block of ``rows`` and ``columns`` from kept terms within ``bound``, and its gradient with
