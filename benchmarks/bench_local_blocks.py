@@ -16,9 +16,9 @@ Chebyshev degree in ``--degrees``, one thread, each measurement in a fresh basis
 
 With ``--evaluation-gammas``, instead, a training evaluation of the matrix-free exact GP on the
 observed nodes (value and gradient of :class:`gp_couple.marginal_likelihood.DenseMarginalLogLikelihood`,
-the objective of ``fit_gp``, under ``grf_gp_settings()``) at each diffusion :math:`\gamma`, in a fresh
+the objective of ``fit_gp``, under ``grf_gp_settings()``) at each diffusion :math:`\\gamma`, in a fresh
 process: ``first_s`` (the kept terms' recurrences included), ``evaluation_s`` (the mean of
-``--evaluations`` more at :math:`\gamma(1 + 0.01k)`, on the kept terms, as L-BFGS's next points) and
+``--evaluations`` more at :math:`\\gamma(1 + 0.01k)`, on the kept terms, as L-BFGS's next points) and
 ``peak_gb`` (peak resident memory above the graph's). Compare library versions by running it with
 ``PYTHONPATH`` at each.
 
