@@ -58,7 +58,7 @@ from .models import GraphGP, fit_gp
 from .operators.chebyshev_basis import kept_terms_entries
 from .optimize import Convergence, TrainingHistory
 from .predictive_variance import DENSE_VARIANCE_SIZE
-from .settings import grf_gp_settings, kept_chebyshev_terms
+from .settings import GRFGPSettings, grf_gp_settings, kept_chebyshev_terms
 
 __all__ = ["GRAPH_KERNELS", "KEPT_TERMS_DEGREE", "MATRIX_FREE_MIN_NODES", "MATRIX_FREE_NODES_PER_OBSERVED",
            "MATRIX_FREE_NODES_PER_OBSERVED_KEPT", "MATRIX_FREE_OBSERVED", "choose_graph_kernel",
@@ -82,10 +82,12 @@ KEPT_TERMS_DEGREE = 123
 #: Graphs of at most this many nodes get the matrix-free exact kernel however few nodes are observed.
 MATRIX_FREE_MIN_NODES = 20_000
 #: Observed nodes up to which :func:`choose_graph_kernel` trains the matrix-free exact kernel on any graph:
-#: its training covariance is factored densely from terms kept on the rows each block of observed nodes
-#: reaches, and every evaluation's dense factor and blocks grow as the cube and the square of the observed
-#: nodes (``benchmarks/RESULTS.md``, "Kept terms on the rows each block reaches").
-MATRIX_FREE_OBSERVED = 4096
+#: the dense limit of :func:`~gp_couple.settings.grf_gp_settings` (``max_cholesky_size``), up to which its
+#: training covariance is factored densely from terms kept on the rows each block of observed nodes
+#: reaches; above it, training would solve by conjugate gradients, each product a recurrence
+#: (``benchmarks/RESULTS.md``, "Kept terms on the rows each block reaches", "The matrix-free training
+#: covariance: summed in place").
+MATRIX_FREE_OBSERVED = GRFGPSettings.max_cholesky_size
 #: Observed nodes whose covariance terms to :data:`KEPT_TERMS_DEGREE`, wherever they lie, must fit
 #: :class:`~gp_couple.settings.kept_chebyshev_terms` for :data:`MATRIX_FREE_OBSERVED` to apply (as at the
 #: default bound).
@@ -176,15 +178,17 @@ def choose_graph_kernel(graph: Graph, num_observed: int, *, predict_all_nodes: b
     at the exact GP's accuracy, as measured with both trained to convergence
     (``benchmarks/RESULTS.md``, "One call for every graph size", "The crossover with 10³
     observed nodes", "Dense blocks on the nodes each column reaches", "Kept terms on the rows each block
-    reaches").
+    reaches", "The matrix-free training covariance: summed in place").
 
-    * With at most :data:`MATRIX_FREE_OBSERVED` observed nodes (4,096), the matrix-free
+    * With at most :data:`MATRIX_FREE_OBSERVED` observed nodes (8,192), the matrix-free
       kernel, whatever the graph's size: its training runs one recurrence in all (more only
       where the learnt degree outgrows the terms kept), on the nodes within the degree's hops
       of the observed and predicted nodes, and keeps the terms only on the rows each block of
       observed nodes reaches, so its cost no longer grows with the graph; it stays exact at
-      long ranges, where the GRF-GP's estimate drifts. Its dense factor and blocks in every
-      evaluation grow as the cube and the square of the observed nodes, hence the limit. This
+      long ranges, where the GRF-GP's estimate drifts. Every evaluation is a dense factor of the
+      observed nodes' covariance and a sum over the kept terms; above the dense limit of
+      :func:`~gp_couple.settings.grf_gp_settings` it would solve by conjugate gradients instead,
+      each product a recurrence, hence the limit. This
       needs the terms of 1,024 observed nodes (or of all of them, if fewer), to degree
       :data:`KEPT_TERMS_DEGREE` wherever they lie, to fit
       :class:`~gp_couple.settings.kept_chebyshev_terms`, as they do at the default bound.
